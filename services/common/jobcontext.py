@@ -1,0 +1,119 @@
+"""What a long job sees of the platform. Every service's jobs.py is written against `JobContext`;
+the worker (workers/) builds the real one over PostgreSQL and the object store, and
+`InMemoryJobContext` runs the same job code in a unit test without Celery or services."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from services.common.errors import Cancelled, NotFound
+from services.common.state import dumps_state, loads_state
+
+
+@dataclass(frozen=True)
+class ModelVersionInfo:
+    name: str
+    version: int
+    model_version_id: str
+
+
+class JobContext(Protocol):
+    job_id: str
+    tenant_id: str
+    kind: str
+    params: dict[str, Any]
+
+    def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
+        """Record progress in [0, 1] with optional scalar metrics (job_events row + NOTIFY)."""
+
+    def check_cancelled(self) -> None:
+        """Raise services.common.errors.Cancelled if cancellation was requested. Call at step boundaries."""
+
+    def save_checkpoint(self, state: Any) -> None:
+        """Persist nested state (dicts/lists of tensors and JSON scalars, e.g. state_dicts) to the object store."""
+
+    def load_checkpoint(self) -> Any | None:
+        """The last saved state, or None on a first run. A job resumed after a crash continues from here."""
+
+    def read_artifact(self, artifact_id: str) -> bytes:
+        """Bytes of one of this tenant's artifacts, sha256-verified."""
+
+    def write_artifact(self, name: str, data: bytes, content_type: str,
+                       metadata: dict[str, Any] | None = None) -> str:
+        """Store bytes as an artifact produced by this job; returns the artifact id."""
+
+    def register_model(self, name: str, tensors: dict[str, torch.Tensor], *, kind: str,
+                       config: dict[str, Any], metrics: dict[str, float] | None = None,
+                       dataset_artifact_id: str | None = None,
+                       parent_version_ids: list[str] | None = None) -> ModelVersionInfo:
+        """Register a new model version (weights as safetensors) with lineage to this job."""
+
+    def load_model(self, model_version_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """(tensors, config) of a registered model version of this tenant."""
+
+
+@dataclass
+class InMemoryJobContext:
+    """Runs job code in-process for unit tests: same contract, dictionaries instead of services."""
+
+    params: dict[str, Any]
+    kind: str = "test"
+    tenant_id: str = "00000000-0000-0000-0000-000000000001"
+    job_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    cancel_after_progress: int | None = None  # raise Cancelled after this many progress calls (tests)
+    events: list[tuple[float, str, dict[str, float]]] = field(default_factory=list)
+    artifacts: dict[str, tuple[str, bytes, str, dict]] = field(default_factory=dict)
+    models: dict[str, tuple[ModelVersionInfo, dict[str, torch.Tensor], dict[str, Any], dict]] = field(
+        default_factory=dict)
+    checkpoint: bytes | None = None
+    checkpoints_saved: int = 0
+
+    def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
+        self.events.append((float(fraction), message, dict(metrics)))
+
+    def check_cancelled(self) -> None:
+        if self.cancel_after_progress is not None and len(self.events) >= self.cancel_after_progress:
+            raise Cancelled("job cancelled")
+
+    def save_checkpoint(self, state: Any) -> None:
+        self.checkpoint = dumps_state(state)
+        self.checkpoints_saved += 1
+
+    def load_checkpoint(self) -> Any | None:
+        return None if self.checkpoint is None else loads_state(self.checkpoint)
+
+    def add_artifact(self, data: bytes, name: str = "input", content_type: str = "application/octet-stream") -> str:
+        """Test helper: put an input artifact in place."""
+        return self.write_artifact(name, data, content_type)
+
+    def read_artifact(self, artifact_id: str) -> bytes:
+        if artifact_id not in self.artifacts:
+            raise NotFound(f"artifact {artifact_id} not found")
+        return self.artifacts[artifact_id][1]
+
+    def write_artifact(self, name: str, data: bytes, content_type: str,
+                       metadata: dict[str, Any] | None = None) -> str:
+        aid = str(uuid.uuid4())
+        self.artifacts[aid] = (name, bytes(data), content_type, dict(metadata or {}))
+        return aid
+
+    def register_model(self, name: str, tensors: dict[str, torch.Tensor], *, kind: str,
+                       config: dict[str, Any], metrics: dict[str, float] | None = None,
+                       dataset_artifact_id: str | None = None,
+                       parent_version_ids: list[str] | None = None) -> ModelVersionInfo:
+        version = 1 + sum(1 for info, *_ in self.models.values() if info.name == name)
+        info = ModelVersionInfo(name=name, version=version, model_version_id=str(uuid.uuid4()))
+        lineage = {"kind": kind, "metrics": dict(metrics or {}), "dataset_artifact_id": dataset_artifact_id,
+                   "parent_version_ids": list(parent_version_ids or [])}
+        self.models[info.model_version_id] = (info, {k: v.detach().clone() for k, v in tensors.items()},
+                                              dict(config), lineage)
+        return info
+
+    def load_model(self, model_version_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        if model_version_id not in self.models:
+            raise NotFound(f"model version {model_version_id} not found")
+        _, tensors, config, _ = self.models[model_version_id]
+        return tensors, config
