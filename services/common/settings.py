@@ -1,0 +1,49 @@
+"""One Settings object per process, read from PRAXON_* environment variables (nested with __),
+built in __main__ / the CLI and passed down. Nothing here is read at import time."""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class S3Settings(BaseModel):
+    """Object store (MinIO in a cluster, SeaweedFS `weed mini` embedded)."""
+
+    endpoint: str = "127.0.0.1:8333"
+    access_key: SecretStr = SecretStr("praxon")
+    secret_key: SecretStr = SecretStr("praxon-secret")
+    bucket: str = "praxon"
+    secure: bool = False
+    region: str = "us-east-1"
+    presign_seconds: int = Field(300, ge=1, le=3600)
+    multipart_bytes: int = Field(16 * 1024 * 1024, ge=5 * 1024 * 1024)
+
+
+class GrpcSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(50051, ge=0, le=65535)
+    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    grace_seconds: float = Field(10.0, ge=0)
+    default_deadline_seconds: float = Field(30.0, gt=0)
+
+
+class JobSettings(BaseModel):
+    lease_seconds: float = Field(30.0, gt=0)
+    heartbeat_seconds: float = Field(5.0, gt=0)
+    reaper_interval_seconds: float = Field(5.0, gt=0)
+    max_attempts: int = Field(5, ge=1)
+    # Extra modules that register job kinds in the worker (tests register their own here).
+    extra_modules: list[str] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PRAXON_", env_nested_delimiter="__", extra="ignore")
+
+    database_url: SecretStr = SecretStr("postgresql://postgres@127.0.0.1:5432/praxon")
+    database_pool_max: int = Field(10, ge=1)
+    broker_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    s3: S3Settings = Field(default_factory=S3Settings)
+    grpc: GrpcSettings = Field(default_factory=GrpcSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
+    metrics_port: int = Field(9464, ge=0, le=65535)
+    log_level: str = "INFO"
