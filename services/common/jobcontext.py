@@ -16,7 +16,7 @@ from services.common.state import dumps_state, loads_state
 @dataclass(frozen=True)
 class ModelVersionInfo:
     name: str
-    version: int
+    version: int | None  # assigned when the producing job succeeds (None while it runs)
     model_version_id: str
 
 

@@ -1,0 +1,53 @@
+"""Which services a process can host, and the serve loop (gRPC server + graceful shutdown)."""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+
+from prometheus_client import start_http_server
+
+from services.common import db
+from services.common.server import AppContext, build_app_context, create_server, shutdown
+from services.common.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# service name -> "module:register" (register(server, app) -> full service names)
+SERVICES: dict[str, str] = {
+    "platform": "services.platform.api:register",
+}
+
+
+def registrars(names: list[str]):
+    out = []
+    for name in names:
+        if name not in SERVICES:
+            raise SystemExit(f"unknown service {name!r}; known: {', '.join(SERVICES)}")
+        module, _, func = SERVICES[name].partition(":")
+        out.append(getattr(importlib.import_module(module), func))
+    return out
+
+
+async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Event | None = None,
+                app: AppContext | None = None) -> None:
+    db.ensure_database(settings)
+    db.migrate(settings)
+    app = app or build_app_context(settings)
+    app.store.ensure_bucket()
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr=settings.grpc.host)
+    server, port = await create_server(app, registrars(names))
+    print(f"praxon: serving {', '.join(names)} on {settings.grpc.host}:{port}", flush=True)
+    stop_event = stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_event.set)
+    await stop_event.wait()
+    log.info("shutting down (grace %.1fs)", settings.grpc.grace_seconds)
+    await shutdown(server, settings.grpc.grace_seconds)
+    hub = app.extras.get("event_hub")
+    if hub is not None:
+        await hub.stop()
+    app.pool.close()

@@ -1,0 +1,101 @@
+"""PostgreSQL access: a psycopg 3 connection pool and versioned SQL migrations applied on start."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from importlib import resources
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from services.common.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Errors worth retrying: the server restarted, a connection dropped, a serialization conflict.
+TRANSIENT_DB_ERRORS = (psycopg.OperationalError, psycopg.errors.SerializationFailure,
+                       psycopg.errors.DeadlockDetected)
+
+_MIGRATION_LOCK = 728_001  # advisory lock id: one migrator at a time
+
+
+def database_url(settings: Settings) -> str:
+    return settings.database_url.get_secret_value()
+
+
+def connect(settings: Settings, **kwargs) -> psycopg.Connection:
+    return psycopg.connect(database_url(settings), row_factory=dict_row, **kwargs)
+
+
+def create_pool(settings: Settings, *, min_size: int = 1, max_size: int | None = None) -> ConnectionPool:
+    pool = ConnectionPool(database_url(settings), min_size=min_size,
+                          max_size=max_size or settings.database_pool_max,
+                          kwargs={"row_factory": dict_row}, check=ConnectionPool.check_connection,
+                          open=False, name="praxon")
+    pool.open(wait=True, timeout=30)
+    return pool
+
+
+def ensure_database(settings: Settings) -> None:
+    """Create the configured database if the server lacks it (dev and test convenience)."""
+    info = psycopg.conninfo.conninfo_to_dict(database_url(settings))
+    name = info.get("dbname")
+    if not name:
+        return
+    admin = psycopg.conninfo.make_conninfo(database_url(settings), dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+            log.info("created database %s", name)
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    files = sorted(p for p in resources.files("services.common").joinpath("migrations").iterdir()
+                   if p.name.endswith(".sql"))
+    return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
+
+
+def migrate(settings: Settings) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; returns the names applied."""
+    applied: list[str] = []
+    with connect(settings, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                         "version integer PRIMARY KEY, name text NOT NULL, "
+                         "applied_at timestamptz NOT NULL DEFAULT now())")
+            done = {r["version"] for r in conn.execute("SELECT version FROM schema_migrations")}
+            for version, name, sql in migrations():
+                if version in done:
+                    continue
+                with conn.transaction():
+                    conn.execute(sql)
+                    conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+                applied.append(name)
+                log.info("applied migration %s", name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+    return applied
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def create_token(conn: psycopg.Connection, tenant_name: str, token_name: str = "") -> tuple[str, str]:
+    """Create the tenant if needed and a new API token for it; returns (tenant_id, token).
+    Only the token's hash is stored."""
+    row = conn.execute("INSERT INTO tenants (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name "
+                       "RETURNING id", (tenant_name,)).fetchone()
+    token = "prx_" + secrets.token_urlsafe(32)
+    conn.execute("INSERT INTO api_tokens (tenant_id, token_sha256, name) VALUES (%s, %s, %s)",
+                 (row["id"], hash_token(token), token_name))
+    return str(row["id"]), token
+
+
+def tenant_for_token(conn: psycopg.Connection, token: str) -> str | None:
+    row = conn.execute("SELECT tenant_id FROM api_tokens WHERE token_sha256 = %s AND revoked_at IS NULL",
+                       (hash_token(token),)).fetchone()
+    return None if row is None else str(row["tenant_id"])

@@ -1,0 +1,370 @@
+"""The gRPC server every service runs: asyncio, health, reflection, and interceptors for authentication
+(bearer tokens -> tenant), request ids, error mapping (project errors -> google.rpc.Status with details),
+Prometheus metrics, deadlines and message-size limits; graceful shutdown."""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from psycopg_pool import ConnectionPool
+
+from services.common import db
+from services.common.errors import (AlreadyExists, Cancelled, FailedPrecondition, InvalidArgument, NotFound,
+                                    PraxonError, Unauthenticated, Unavailable)
+from services.common.jobs import JobStore
+from services.common.registry import Registry
+from services.common.settings import Settings
+from services.common.store import ArtifactStore
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "praxon.dev"
+_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_tenant")
+_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_request_id", default="")
+
+# Calls that need no token: health checks and reflection (so external tools can discover the API).
+PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def current_tenant() -> str:
+    """The authenticated caller's tenant id (set by the auth interceptor)."""
+    return _tenant.get()
+
+
+def current_request_id() -> str:
+    return _request_id.get()
+
+
+@dataclass
+class AppContext:
+    """What servicers share in one process; built once in __main__/the CLI and passed down."""
+
+    settings: Settings
+    pool: ConnectionPool
+    store: ArtifactStore
+    jobs: JobStore
+    registry: Registry
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    async def db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking database/store work off the event loop."""
+        return await asyncio.to_thread(fn, *args)
+
+
+# ---------------------------------------------------------------- error mapping
+_CODES: list[tuple[type[PraxonError], grpc.StatusCode]] = [
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT), (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS), (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED), (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (Cancelled, grpc.StatusCode.CANCELLED),
+]
+
+
+def _pack(msg) -> any_pb2.Any:
+    out = any_pb2.Any()
+    out.Pack(msg)
+    return out
+
+
+def to_status(exc: BaseException, request_id: str) -> grpc.Status:
+    if isinstance(exc, PraxonError):
+        code = next((c for t, c in _CODES if isinstance(exc, t)), grpc.StatusCode.INTERNAL)
+        message = exc.message
+        details = [_pack(error_details_pb2.ErrorInfo(reason=exc.reason, domain=DOMAIN,
+                                                     metadata={**exc.metadata, "request_id": request_id}))]
+        if isinstance(exc, InvalidArgument):
+            details.append(_pack(error_details_pb2.BadRequest(field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                for v in exc.violations])))
+        if isinstance(exc, Unavailable):
+            delay = duration_pb2.Duration()
+            delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
+            details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+    else:
+        code = grpc.StatusCode.INTERNAL
+        message = f"internal error (request id {request_id})"
+        details = [_pack(error_details_pb2.ErrorInfo(reason="INTERNAL", domain=DOMAIN,
+                                                     metadata={"request_id": request_id}))]
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
+    return rpc_status.to_status(status)
+
+
+# ---------------------------------------------------------------- interceptors
+class _Around(grpc.aio.ServerInterceptor):
+    """Wraps each method handler so the interceptor runs around the servicer call in the same task
+    (context variables set here are visible to the servicer)."""
+
+    def applies(self, method: str) -> bool:
+        return True
+
+    async def unary(self, method: str, call: Callable[[], Awaitable[Any]], request: Any, context) -> Any:
+        return await call()
+
+    async def stream(self, method: str, call: Callable[[], Any], request: Any, context):
+        async for item in call():
+            yield item
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None or not self.applies(details.method):
+            return handler
+        method = details.method
+        if handler.unary_unary or handler.stream_unary:
+            inner = handler.unary_unary or handler.stream_unary
+
+            async def unary(request, context):
+                return await self.unary(method, lambda: inner(request, context), request, context)
+            factory = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
+            return factory(unary, request_deserializer=handler.request_deserializer,
+                           response_serializer=handler.response_serializer)
+        inner = handler.unary_stream or handler.stream_stream
+
+        async def streaming(request, context):
+            async for item in self.stream(method, lambda: _aiter(inner(request, context)), request, context):
+                yield item
+        factory = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+        return factory(streaming, request_deserializer=handler.request_deserializer,
+                       response_serializer=handler.response_serializer)
+
+
+async def _aiter(result):
+    """Servicer streaming methods may be async generators or return (async) iterables."""
+    if hasattr(result, "__aiter__"):
+        async for item in result:
+            yield item
+    else:
+        for item in await result if asyncio.iscoroutine(result) else result:
+            yield item
+
+
+class RequestIdInterceptor(_Around):
+    """Takes x-request-id from the caller or makes one, and echoes it in the initial metadata."""
+
+    def _start(self, context) -> None:
+        rid = dict(context.invocation_metadata() or ()).get("x-request-id") or uuid.uuid4().hex
+        _request_id.set(rid[:64])
+        try:
+            context.set_trailing_metadata((("x-request-id", rid[:64]),))
+        except Exception:  # noqa: BLE001 - metadata is best effort
+            pass
+
+    async def unary(self, method, call, request, context):
+        self._start(context)
+        return await call()
+
+    async def stream(self, method, call, request, context):
+        self._start(context)
+        async for item in call():
+            yield item
+
+
+class ErrorInterceptor(_Around):
+    """Project errors -> their status code with ErrorInfo/BadRequest/RetryInfo; anything else -> INTERNAL with
+    the request id (the traceback goes to the log only)."""
+
+    async def _abort(self, method: str, exc: BaseException, context) -> None:
+        rid = current_request_id()
+        if not isinstance(exc, PraxonError):
+            log.error("unhandled error in %s (request id %s):\n%s", method, rid, traceback.format_exc())
+        status = to_status(exc, rid)
+        await context.abort(status.code, status.details, status.trailing_metadata)
+
+    async def unary(self, method, call, request, context):
+        try:
+            return await call()
+        except (grpc.aio.AbortError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
+            await self._abort(method, exc, context)
+
+    async def stream(self, method, call, request, context):
+        try:
+            async for item in call():
+                yield item
+        except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await self._abort(method, exc, context)
+
+
+class AuthInterceptor(_Around):
+    """Bearer API token -> tenant (tokens are stored hashed). Missing or bad token -> UNAUTHENTICATED."""
+
+    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0):
+        self.pool, self.cache_seconds = pool, cache_seconds
+        self._cache: dict[str, tuple[str, float]] = {}
+
+    def applies(self, method: str) -> bool:
+        return not method.startswith(PUBLIC_PREFIXES)
+
+    async def _authenticate(self, context) -> None:
+        header = dict(context.invocation_metadata() or ()).get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
+        token = token.strip()
+        hit = self._cache.get(token)
+        if hit and hit[1] > time.monotonic():
+            _tenant.set(hit[0])
+            return
+
+        def lookup() -> str | None:
+            with self.pool.connection() as conn:
+                return db.tenant_for_token(conn, token)
+        tenant = await asyncio.to_thread(lookup)
+        if tenant is None:
+            raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[token] = (tenant, time.monotonic() + self.cache_seconds)
+        _tenant.set(tenant)
+
+    async def unary(self, method, call, request, context):
+        await self._authenticate(context)
+        return await call()
+
+    async def stream(self, method, call, request, context):
+        await self._authenticate(context)
+        async for item in call():
+            yield item
+
+
+class LimitsInterceptor(_Around):
+    """Deadlines and message size: a unary call without a client deadline gets the server default; a request
+    larger than the configured limit is INVALID_ARGUMENT naming its largest field."""
+
+    def __init__(self, max_message_bytes: int, default_deadline_s: float):
+        self.max_bytes, self.default_deadline_s = max_message_bytes, default_deadline_s
+
+    def _check_size(self, request) -> None:
+        if not hasattr(request, "ByteSize") or request.ByteSize() <= self.max_bytes:
+            return
+        largest, name = 0, "request"
+        for fd, _ in request.ListFields():  # size of each field alone, to name the offender
+            probe = type(request)()
+            probe.CopyFrom(request)
+            for other, _ in request.ListFields():
+                if other.name != fd.name:
+                    probe.ClearField(other.name)
+            if probe.ByteSize() > largest:
+                largest, name = probe.ByteSize(), fd.name
+        raise InvalidArgument(name, f"request is {request.ByteSize()} bytes; the limit is {self.max_bytes}",
+                              reason="MESSAGE_TOO_LARGE")
+
+    async def unary(self, method, call, request, context):
+        self._check_size(request)
+        remaining = context.time_remaining()
+        if remaining is None:
+            try:
+                return await asyncio.wait_for(call(), self.default_deadline_s)
+            except asyncio.TimeoutError:
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    f"server deadline of {self.default_deadline_s}s exceeded")
+        return await call()
+
+    async def stream(self, method, call, request, context):
+        self._check_size(request)
+        async for item in call():
+            yield item
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.latency = Histogram("praxon_grpc_server_handling_seconds", "RPC latency", ["method", "code"],
+                                 registry=registry,
+                                 buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.in_flight = Gauge("praxon_grpc_server_in_flight", "RPCs in progress", ["method"], registry=registry)
+        self.errors = Counter("praxon_grpc_server_errors_total", "RPCs that ended with a non-OK code",
+                              ["method", "code"], registry=registry)
+
+
+_METRICS: dict[int, _Metrics] = {}
+
+
+class MetricsInterceptor(_Around):
+    def __init__(self, registry: CollectorRegistry = REGISTRY):
+        self.m = _METRICS.setdefault(id(registry), _Metrics(registry))
+
+    def _done(self, method: str, start: float, context) -> None:
+        code = context.code()
+        name = code.name if isinstance(code, grpc.StatusCode) else "OK" if code in (None, 0) else str(code)
+        self.m.latency.labels(method, name).observe(time.perf_counter() - start)
+        if name != "OK":
+            self.m.errors.labels(method, name).inc()
+
+    async def unary(self, method, call, request, context):
+        start, gauge = time.perf_counter(), self.m.in_flight.labels(method)
+        gauge.inc()
+        try:
+            return await call()
+        finally:
+            gauge.dec()
+            self._done(method, start, context)
+
+    async def stream(self, method, call, request, context):
+        start, gauge = time.perf_counter(), self.m.in_flight.labels(method)
+        gauge.inc()
+        try:
+            async for item in call():
+                yield item
+        finally:
+            gauge.dec()
+            self._done(method, start, context)
+
+
+# ---------------------------------------------------------------- server
+Registrar = Callable[[grpc.aio.Server, AppContext], Iterable[str]]
+
+
+def build_app_context(settings: Settings) -> AppContext:
+    pool = db.create_pool(settings)
+    store = ArtifactStore(settings)
+    from services.common.queue import make_celery  # noqa: PLC0415 - only processes that serve need it
+    return AppContext(settings, pool, store, JobStore(pool, make_celery(settings)), Registry(pool, store))
+
+
+async def create_server(app: AppContext, registrars: list[Registrar], *, port: int | None = None,
+                        metrics_registry: CollectorRegistry = REGISTRY) -> tuple[grpc.aio.Server, int]:
+    """Build and start a server hosting the given services; returns (server, bound port). Port 0 picks one."""
+    g = app.settings.grpc
+    # The transport limit is above the application limit so oversize requests get a clear INVALID_ARGUMENT.
+    transport_max = 4 * g.max_message_bytes
+    server = grpc.aio.server(
+        interceptors=[RequestIdInterceptor(), MetricsInterceptor(metrics_registry), ErrorInterceptor(),
+                      AuthInterceptor(app.pool), LimitsInterceptor(g.max_message_bytes, g.default_deadline_seconds)],
+        options=[("grpc.max_receive_message_length", transport_max),
+                 ("grpc.max_send_message_length", transport_max),
+                 ("grpc.so_reuseport", 0)])
+    names = [name for registrar in registrars for name in registrar(server, app)]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ["", *names]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME], server)
+    bound = server.add_insecure_port(f"{g.host}:{g.port if port is None else port}")
+    await server.start()
+    server.praxon_health = health_servicer  # graceful shutdown flips it to NOT_SERVING first
+    log.info("gRPC server on %s:%d serving %s", g.host, bound, ", ".join(names))
+    return server, bound
+
+
+async def shutdown(server: grpc.aio.Server, grace_seconds: float) -> None:
+    """Stop accepting, tell health checkers, finish in-flight calls within the grace period."""
+    health_servicer = getattr(server, "praxon_health", None)
+    if health_servicer is not None:
+        await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace_seconds)

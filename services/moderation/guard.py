@@ -1,0 +1,468 @@
+"""The guard model: a MiniLM sentence encoder with linear heads for BingoGuard-style moderation.
+
+Features (spec FEATURE_SPEC): e = mean-pooled, L2-normalised MiniLM embedding of the text (384); r = 1 for the
+"response" role, 0 for "prompt";  phi(text, role) = [e, r * e, r]  (FEATURE_DIM = 769). One set of linear heads over
+phi therefore has a shared part and a response-specific part: prompt and response are classified separately while
+sharing statistical strength. All heads are plain logistic outputs over phi (float64):
+
+    unsafe       P(unsafe)            = sigmoid(phi . unsafe_w[0] + unsafe_b[0])
+    topics       P(topic t)           = sigmoid(phi . topic_w[t] + topic_b[t])          t = S1..S11 (multi-label)
+    severity     P(severity_t >= k)   = sigmoid(phi . sev_w[t] + sev_b[t, k-1])          k = 1..4
+                 (a slope shared across k, one bias per k: four binary "severity >= k" logits per topic). The
+                 reported P(>= k) is the running minimum over k, so it is non-increasing in k by construction, and
+                 the predicted level is #{k : P(>= k) >= 0.5} -- a threshold at level k blocks every level >= k.
+
+Kinds:
+  "frozen_linear"  encoder frozen (the packaged model, identified by its sha256); heads fitted by Newton's method
+                   to the exact minimum of the strongly convex objective `frozen_linear_objective` (L2 strength
+                   `l2`). This is what the unlearning service can certify deletions against: it needs
+                   `features(texts, roles)`, `linear_heads()` and `frozen_linear_objective` -- nothing else.
+  "finetune"       the top `trainable_layers` encoder layers are trained together with the same heads (AdamW,
+                   warm-started from the frozen_linear solution). Not certifiable; usually more accurate.
+
+API for other engineers (conformal calibration, HarmAug distillation):
+  GuardModel.features(texts, roles) -> float64 [N, 769]
+  GuardModel.predict_proba(texts, roles) -> {"unsafe": [N], "topics": [N, 11], "severity_ge": [N, 11, 4],
+                                            "severity": int [N, 11]}
+  GuardModel.predict_from_features(phi) -> the same dict from precomputed features
+  GuardModel.logits_from_features(phi) -> raw logits (torch, differentiable) for distillation losses
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.moderation.encoder import EMBED_DIM, ENCODER_NAME, MiniLMEncoder, get_base_encoder
+from services.moderation.schema import GuardExample
+from services.moderation.taxonomy import MAX_SEVERITY, N_TOPICS, ROLES, TOPIC_INDEX, TOPICS
+
+FEATURE_SPEC = "minilm-l6-mean-l2norm+role-interaction/v1"
+FEATURE_DIM = 2 * EMBED_DIM + 1
+N_LEVELS = MAX_SEVERITY  # the four "severity >= k" logits, k = 1..4
+KINDS = ("frozen_linear", "finetune")
+# Severity biases of a topic with no severity labels at all: P(>=k) = .8, .45, .2, .05 (predicts level 1).
+_SEV_PRIOR = np.log(np.array([0.8, 0.45, 0.2, 0.05]) / (1 - np.array([0.8, 0.45, 0.2, 0.05])))
+
+
+def validate_roles(roles: Sequence[str], n: int, field: str = "roles") -> np.ndarray:
+    if len(roles) != n:
+        raise InvalidArgument(field, f"expected {n} roles, got {len(roles)}")
+    r = np.empty(n, dtype=np.float64)
+    for i, role in enumerate(roles):
+        if role not in ROLES:
+            raise InvalidArgument(f"{field}[{i}]", f"must be one of {list(ROLES)}")
+        r[i] = 1.0 if role == "response" else 0.0
+    return r
+
+
+def role_features(emb: np.ndarray, roles: Sequence[str]) -> np.ndarray:
+    """phi = [e, r*e, r] in float64 from embeddings [N, 384] and roles."""
+    r = validate_roles(roles, emb.shape[0])[:, None]
+    e = emb.astype(np.float64)
+    return np.concatenate([e, r * e, r], axis=1)
+
+
+# ------------------------------------------------------------------------------------------------ heads
+@dataclass
+class LinearHeads:
+    """Weights of the linear heads (float64 torch tensors; D = FEATURE_DIM)."""
+
+    unsafe_w: torch.Tensor  # [1, D]
+    unsafe_b: torch.Tensor  # [1]
+    topic_w: torch.Tensor   # [11, D]
+    topic_b: torch.Tensor   # [11]
+    sev_w: torch.Tensor     # [11, D]
+    sev_b: torch.Tensor     # [11, 4]
+
+    NAMES = ("unsafe_w", "unsafe_b", "topic_w", "topic_b", "sev_w", "sev_b")
+
+    @classmethod
+    def init(cls, dim: int = FEATURE_DIM) -> "LinearHeads":
+        z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+        return cls(z(1, dim), z(1), z(N_TOPICS, dim), z(N_TOPICS), z(N_TOPICS, dim),
+                   torch.tensor(np.tile(_SEV_PRIOR, (N_TOPICS, 1)), dtype=torch.float64))
+
+    def tensors(self, prefix: str = "heads.") -> dict[str, torch.Tensor]:
+        return {prefix + k: getattr(self, k) for k in self.NAMES}
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, torch.Tensor], prefix: str = "heads.") -> "LinearHeads":
+        try:
+            h = cls(**{k: t[prefix + k].detach().to(torch.float64).clone() for k in cls.NAMES})
+        except KeyError as e:
+            raise FailedPrecondition(f"guard model is missing tensor {e.args[0]}") from None
+        d = h.unsafe_w.shape[1]
+        shapes = {"unsafe_w": (1, d), "unsafe_b": (1,), "topic_w": (N_TOPICS, d), "topic_b": (N_TOPICS,),
+                  "sev_w": (N_TOPICS, d), "sev_b": (N_TOPICS, N_LEVELS)}
+        for k, s in shapes.items():
+            if tuple(getattr(h, k).shape) != s:
+                raise FailedPrecondition(f"guard tensor {prefix}{k} has shape {tuple(getattr(h, k).shape)}, want {s}")
+        return h
+
+    def clone(self) -> "LinearHeads":
+        return LinearHeads(**{k: getattr(self, k).detach().clone() for k in self.NAMES})
+
+    def logits(self, phi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(unsafe [N], topics [N, 11], severity_ge [N, 11, 4]) logits; differentiable in phi and the heads."""
+        u = phi @ self.unsafe_w[0] + self.unsafe_b[0]
+        t = phi @ self.topic_w.T + self.topic_b
+        s = (phi @ self.sev_w.T).unsqueeze(-1) + self.sev_b
+        return u, t, s
+
+    # Newton blocks: each block is an independent logistic model theta = [w ; b...].
+    def blocks(self) -> list[tuple[str, int]]:
+        return [("unsafe", 0)] + [("topic", t) for t in range(N_TOPICS)] + [("sev", t) for t in range(N_TOPICS)]
+
+    def get_block(self, name: str, t: int) -> np.ndarray:
+        if name == "unsafe":
+            return np.concatenate([self.unsafe_w[0].numpy(), self.unsafe_b.numpy()])
+        if name == "topic":
+            return np.concatenate([self.topic_w[t].numpy(), self.topic_b[t:t + 1].numpy()])
+        return np.concatenate([self.sev_w[t].numpy(), self.sev_b[t].numpy()])
+
+    def set_block(self, name: str, t: int, theta: np.ndarray) -> None:
+        d = self.unsafe_w.shape[1]
+        w, b = torch.from_numpy(theta[:d].copy()), torch.from_numpy(theta[d:].copy())
+        if name == "unsafe":
+            self.unsafe_w[0], self.unsafe_b[:] = w, b
+        elif name == "topic":
+            self.topic_w[t], self.topic_b[t] = w, b[0]
+        else:
+            self.sev_w[t], self.sev_b[t] = w, b
+
+
+def probabilities(u: torch.Tensor, t: torch.Tensor, s: torch.Tensor) -> dict[str, np.ndarray]:
+    sev_ge = torch.cummin(torch.sigmoid(s), dim=-1).values
+    return {"unsafe": torch.sigmoid(u).numpy(), "topics": torch.sigmoid(t).numpy(), "severity_ge": sev_ge.numpy(),
+            "severity": (sev_ge >= 0.5).sum(-1).numpy().astype(np.int64)}
+
+
+# ------------------------------------------------------------------------------------------------ targets
+@dataclass
+class Targets:
+    unsafe: np.ndarray      # [N] 0/1
+    topic: np.ndarray       # [N, 11] 0/1
+    topic_known: np.ndarray  # [N] bool
+    severity: np.ndarray    # [N, 11] int, -1 = not applicable / unknown
+
+    @classmethod
+    def from_examples(cls, rows: Sequence[GuardExample]) -> "Targets":
+        n = len(rows)
+        y_u = np.array([float(r.unsafe) for r in rows])
+        y_t = np.zeros((n, N_TOPICS))
+        known = np.array([r.topics_known for r in rows], dtype=bool)
+        sev = -np.ones((n, N_TOPICS), dtype=np.int64)
+        for i, r in enumerate(rows):
+            for t in r.topics:
+                y_t[i, TOPIC_INDEX[t]] = 1.0
+            for t, v in r.severity.items():
+                sev[i, TOPIC_INDEX[t]] = v
+        return cls(y_u, y_t, known, sev)
+
+    def subset(self, idx: np.ndarray) -> "Targets":
+        return Targets(self.unsafe[idx], self.topic[idx], self.topic_known[idx], self.severity[idx])
+
+
+def _balanced(y: np.ndarray) -> np.ndarray:
+    """Per-row weights giving each class half of the block's weight (a topic is rare: ~5% of rows)."""
+    n_pos, n_neg = float(y.sum()), float(len(y) - y.sum())
+    if n_pos == 0 or n_neg == 0:
+        return np.full(len(y), 1.0 / max(len(y), 1))
+    return np.where(y > 0.5, 0.5 / n_pos, 0.5 / n_neg)
+
+
+def _block_problem(name: str, t: int, phi: np.ndarray, y: Targets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, y, w) of one Newton block: loss = sum_r w_r * BCE(X_r . theta, y_r) + l2/2 |theta|^2."""
+    n = phi.shape[0]
+    if name == "unsafe":
+        return np.concatenate([phi, np.ones((n, 1))], axis=1), y.unsafe, np.full(n, 1.0 / max(n, 1))
+    if name == "topic":
+        rows = np.flatnonzero(y.topic_known)
+        yy = y.topic[rows, t]
+        return np.concatenate([phi[rows], np.ones((len(rows), 1))], axis=1), yy, _balanced(yy)
+    rows = np.flatnonzero(y.severity[:, t] >= 0)
+    m = len(rows)
+    X = np.zeros((m * N_LEVELS, phi.shape[1] + N_LEVELS))
+    yy = np.zeros(m * N_LEVELS)
+    for k in range(N_LEVELS):
+        X[k * m:(k + 1) * m, :phi.shape[1]] = phi[rows]
+        X[k * m:(k + 1) * m, phi.shape[1] + k] = 1.0
+        yy[k * m:(k + 1) * m] = (y.severity[rows, t] >= k + 1)
+    return X, yy, np.full(m * N_LEVELS, 1.0 / max(m, 1))
+
+
+def _logistic_obj(theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor, l2: float) -> float:
+    z = X @ theta
+    return float(w @ (torch.nn.functional.softplus(z) - y * z) + 0.5 * l2 * theta @ theta)
+
+
+def newton_block_step(theta: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float
+                      ) -> tuple[np.ndarray, float]:
+    """One damped Newton step (Armijo backtracking) on sum_r w_r BCE(X_r.theta, y_r) + l2/2 |theta|^2.
+    Returns (theta', max |gradient| at theta). Linear algebra in torch float64 (respects torch's thread count)."""
+    th, Xt, yt, wt = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)) for a in (theta, X, y, w))
+    p = torch.sigmoid(Xt @ th)
+    g = Xt.T @ (wt * (p - yt)) + l2 * th
+    gnorm = float(g.abs().max())
+    if gnorm < 1e-12:
+        return theta, gnorm
+    H = (Xt * (wt * p * (1 - p))[:, None]).T @ Xt
+    H.diagonal().add_(l2)
+    step = torch.cholesky_solve(g[:, None], torch.linalg.cholesky(H))[:, 0]
+    f0 = _logistic_obj(th, Xt, yt, wt, l2)
+    a = 1.0
+    while a > 1e-8:
+        cand = th - a * step
+        if _logistic_obj(cand, Xt, yt, wt, l2) <= f0 - 1e-4 * a * float(g @ step):
+            return cand.numpy(), gnorm
+        a *= 0.5
+    return theta, gnorm
+
+
+def newton_step(heads: LinearHeads, phi: np.ndarray, y: Targets, l2: float) -> tuple[LinearHeads, float]:
+    """One Newton iteration on every block of `frozen_linear_objective`. Returns (new heads, max |grad| before)."""
+    out = heads.clone()
+    gmax = 0.0
+    for name, t in heads.blocks():
+        X, yy, w = _block_problem(name, t, phi, y)
+        if len(yy) == 0:
+            continue  # no labels for this block: keep its initial (prior) values
+        theta, g = newton_block_step(heads.get_block(name, t), X, yy, w, l2)
+        out.set_block(name, t, theta)
+        gmax = max(gmax, g)
+    return out, gmax
+
+
+def frozen_linear_objective(heads: LinearHeads, phi: torch.Tensor, y: Targets, l2: float) -> torch.Tensor:
+    """The exact objective the frozen_linear heads minimise (differentiable in the head tensors):
+
+        J = sum over blocks B of [ mean_{rows of B} loss_B + l2/2 * |theta_B|^2 ]
+        unsafe block:        rows = all,                    loss = BCE(unsafe logit, unsafe)
+        topic block t:       rows = rows with known topics, loss = BCE(topic logit t, t in topics), class-balanced:
+                             positives and negatives each carry half the weight (mean within each class, / 2)
+        severity block t:    rows with a severity for t,    loss = sum_k BCE(sev logit t,k, severity_t >= k)
+    theta_B includes the block's biases. Blocks with no rows contribute nothing (their params stay at init)."""
+    u, tl, s = heads.logits(phi)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    J = bce(u, torch.from_numpy(y.unsafe), reduction="mean") + 0.5 * l2 * (
+        heads.unsafe_w.pow(2).sum() + heads.unsafe_b.pow(2).sum())
+    known = torch.from_numpy(y.topic_known)
+    for t in range(N_TOPICS):
+        if known.any():
+            yt = torch.from_numpy(y.topic[:, t])[known]
+            wt = torch.from_numpy(_balanced(yt.numpy()))
+            J = J + (wt * bce(tl[known, t], yt, reduction="none")).sum()
+            J = J + 0.5 * l2 * (heads.topic_w[t].pow(2).sum() + heads.topic_b[t].pow(2))
+        rows = torch.from_numpy(y.severity[:, t] >= 0)
+        if rows.any():
+            lvl = torch.from_numpy(y.severity[:, t])[rows]
+            tgt = (lvl[:, None] >= torch.arange(1, N_LEVELS + 1)[None]).to(torch.float64)
+            J = J + bce(s[rows, t], tgt, reduction="sum") / rows.sum()
+            J = J + 0.5 * l2 * (heads.sev_w[t].pow(2).sum() + heads.sev_b[t].pow(2).sum())
+    return J
+
+
+def fit_frozen_linear(phi: np.ndarray, y: Targets, l2: float, *, max_iter: int = 50, tol: float = 1e-8,
+                      heads: LinearHeads | None = None,
+                      on_iter: Callable[[int, LinearHeads, float], None] | None = None) -> LinearHeads:
+    """Newton's method to the minimum (max |grad| < tol). `on_iter(i, heads, grad)` after each iteration."""
+    h = heads or LinearHeads.init(phi.shape[1])
+    for i in range(max_iter):
+        h, g = newton_step(h, phi, y, l2)
+        if on_iter:
+            on_iter(i, h, g)
+        if g < tol:
+            break
+    return h
+
+
+# ------------------------------------------------------------------------------------------------ the model
+class GuardModel:
+    """A trained guard. Construct with `from_registry(tensors, config)` or the training functions below."""
+
+    def __init__(self, kind: str, heads: LinearHeads, config: dict[str, Any], encoder: MiniLMEncoder,
+                 *, encoder_tensors: dict[str, torch.Tensor] | None = None, version: str | None = None):
+        if kind not in KINDS:
+            raise InvalidArgument("kind", f"must be one of {list(KINDS)}")
+        self.kind, self.heads, self.config, self.encoder = kind, heads, dict(config), encoder
+        self.encoder_tensors = dict(encoder_tensors or {})
+        self.version = version or self.fingerprint()
+
+    # -- identity and storage
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(self.kind.encode())
+        for k, v in sorted({**self.heads.tensors(), **self.encoder_tensors}.items()):
+            h.update(k.encode())
+            h.update(v.detach().contiguous().numpy().tobytes())
+        return "sha256:" + h.hexdigest()[:16]
+
+    def to_registry(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """(tensors, config) for ctx.register_model(name, tensors, kind=self.kind, config=config)."""
+        tensors = {**self.heads.tensors(), **{"encoder." + k: v for k, v in self.encoder_tensors.items()}}
+        return tensors, dict(self.config)
+
+    @classmethod
+    def from_registry(cls, tensors: dict[str, torch.Tensor], config: dict[str, Any],
+                      *, version: str | None = None, base: MiniLMEncoder | None = None) -> "GuardModel":
+        kind = config.get("kind")
+        if kind not in KINDS:
+            raise FailedPrecondition(f"unknown guard model kind {kind!r}")
+        if config.get("feature_spec") != FEATURE_SPEC:
+            raise FailedPrecondition(f"guard model feature spec {config.get('feature_spec')!r} is not {FEATURE_SPEC}")
+        base = base or get_base_encoder()
+        heads = LinearHeads.from_tensors(tensors)
+        enc_t = {k[len("encoder."):]: v for k, v in tensors.items() if k.startswith("encoder.")}
+        encoder = base
+        if kind == "finetune":
+            encoder = _encoder_with(base, enc_t)
+        return cls(kind, heads, config, encoder, encoder_tensors=enc_t, version=version)
+
+    # -- features and predictions
+    def features(self, texts: Sequence[str], roles: Sequence[str]) -> np.ndarray:
+        """phi(text, role) float64 [N, FEATURE_DIM]; canonical (bit-reproducible, see encoder.py)."""
+        roles_arr = validate_roles(roles, len(texts))
+        del roles_arr
+        return role_features(self.encoder.embed(list(texts)), roles)
+
+    def logits_from_features(self, phi: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                                           torch.Tensor]:
+        phi_t = torch.as_tensor(phi, dtype=torch.float64)
+        return self.heads.logits(phi_t)
+
+    def predict_from_features(self, phi: np.ndarray) -> dict[str, np.ndarray]:
+        """Probabilities from features, computed row by row so a row's result never depends on its batch."""
+        phi_t = torch.as_tensor(phi, dtype=torch.float64)
+        parts = [self.heads.logits(phi_t[i:i + 1]) for i in range(phi_t.shape[0])]
+        if not parts:
+            return {"unsafe": np.zeros(0), "topics": np.zeros((0, N_TOPICS)),
+                    "severity_ge": np.zeros((0, N_TOPICS, N_LEVELS)), "severity": np.zeros((0, N_TOPICS), int)}
+        with torch.no_grad():
+            return probabilities(*(torch.cat([p[j] for p in parts]) for j in range(3)))
+
+    def predict_proba(self, texts: Sequence[str], roles: Sequence[str]) -> dict[str, np.ndarray]:
+        """{"unsafe": [N], "topics": [N, 11], "severity_ge": [N, 11, 4] (non-increasing in k),
+        "severity": int [N, 11] (0..4)} for whole texts (no sentence windows; see decision.py for those)."""
+        return self.predict_from_features(self.features(texts, roles))
+
+    def linear_heads(self) -> dict[str, dict[str, np.ndarray]]:
+        """The linear heads in plain numpy: {"unsafe": {"weight": [1, D], "bias": [1]},
+        "topics": {"weight": [11, D], "bias": [11]}, "severity": {"weight": [11, D], "bias": [11, 4]}} plus
+        {"l2": value}. severity logit (t, k) = phi . weight[t] + bias[t, k-1]. See frozen_linear_objective."""
+        h = self.heads
+        return {"unsafe": {"weight": h.unsafe_w.numpy().copy(), "bias": h.unsafe_b.numpy().copy()},
+                "topics": {"weight": h.topic_w.numpy().copy(), "bias": h.topic_b.numpy().copy()},
+                "severity": {"weight": h.sev_w.numpy().copy(), "bias": h.sev_b.numpy().copy()},
+                "l2": {"value": np.array(float(self.config.get("l2", 0.0)))}}
+
+
+def base_config(kind: str, encoder: MiniLMEncoder, l2: float, **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "feature_spec": FEATURE_SPEC, "feature_dim": FEATURE_DIM, "topics": list(TOPICS),
+            "encoder": {"name": ENCODER_NAME, "sha256": encoder.weights_sha256(), "max_tokens": encoder.max_tokens},
+            "l2": float(l2), **extra}
+
+
+# ------------------------------------------------------------------------------------------------ finetune
+def _encoder_with(base: MiniLMEncoder, enc_tensors: dict[str, torch.Tensor]) -> MiniLMEncoder:
+    model = copy.deepcopy(base.model)
+    missing = [k for k in enc_tensors if k not in dict(model.named_parameters())]
+    if missing:
+        raise FailedPrecondition(f"fine-tuned tensors do not match the encoder: {missing[:3]}")
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for k, v in enc_tensors.items():
+            params[k].copy_(v)
+    model.eval()
+    return MiniLMEncoder.from_parts(base.tokenizer, model, model_dir=base.model_dir, max_tokens=base.max_tokens)
+
+
+def trainable_parameter_names(model: torch.nn.Module, trainable_layers: int) -> list[str]:
+    n_layers = model.config.num_hidden_layers
+    if not 1 <= trainable_layers <= n_layers:
+        raise InvalidArgument("params.trainable_layers", f"must be between 1 and {n_layers}")
+    prefixes = tuple(f"encoder.layer.{i}." for i in range(n_layers - trainable_layers, n_layers))
+    return [k for k, _ in model.named_parameters() if k.startswith(prefixes)]
+
+
+class FinetuneTrainer:
+    """Trains the top encoder layers and the heads on the frozen_linear objective's terms (mini-batch AdamW).
+    Deterministic: dropout off (eval mode), epoch e shuffles with seed (seed, e). Checkpoint with state()."""
+
+    def __init__(self, base: MiniLMEncoder, heads: LinearHeads, *, trainable_layers: int, l2: float,
+                 lr: float, head_lr: float, batch_size: int, seed: int):
+        self.model = copy.deepcopy(base.model).eval()
+        self.base = base
+        self.names = trainable_parameter_names(self.model, trainable_layers)
+        params = dict(self.model.named_parameters())
+        for k, p in params.items():
+            p.requires_grad_(k in self.names)
+        self.heads = heads.clone()
+        self.head_params = [getattr(self.heads, k).requires_grad_(True) for k in LinearHeads.NAMES]
+        self.l2, self.batch_size, self.seed = l2, batch_size, seed
+        self.opt = torch.optim.AdamW([{"params": [params[k] for k in self.names], "lr": lr, "weight_decay": 0.0},
+                                      {"params": self.head_params, "lr": head_lr, "weight_decay": 0.0}])
+        self.enc = MiniLMEncoder.from_parts(base.tokenizer, self.model, model_dir=base.model_dir,
+                                            max_tokens=base.max_tokens)
+
+    def _loss(self, phi: torch.Tensor, y: Targets) -> torch.Tensor:
+        u, tl, s = self.heads.logits(phi)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        loss = bce(u, torch.from_numpy(y.unsafe))
+        known = torch.from_numpy(y.topic_known)
+        if known.any():
+            loss = loss + bce(tl[known], torch.from_numpy(y.topic)[known], reduction="sum") / known.sum()
+        sev = torch.from_numpy(y.severity)
+        mask = sev >= 0
+        if mask.any():
+            tgt = (sev[..., None] >= torch.arange(1, N_LEVELS + 1)).to(torch.float64)
+            per = bce(s, tgt, reduction="none").sum(-1)
+            loss = loss + per[mask].sum() / mask.sum()
+        reg = sum(p.pow(2).sum() for p in self.head_params)
+        return loss + 0.5 * self.l2 * reg
+
+    def train_epoch(self, texts: Sequence[str], roles: Sequence[str], y: Targets, epoch: int) -> float:
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(len(texts), generator=g).numpy()
+        r = torch.from_numpy(validate_roles(roles, len(texts)))
+        total = 0.0
+        for k in range(0, len(order), self.batch_size):
+            idx = order[k:k + self.batch_size]
+            batch = self.enc.tokenize([texts[i] for i in idx], padding=True)
+            e = self.enc.forward(batch).to(torch.float64)
+            ri = r[idx][:, None]
+            phi = torch.cat([e, ri * e, ri], dim=1)
+            loss = self._loss(phi, y.subset(idx))
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            total += float(loss) * len(idx)
+        return total / len(texts)
+
+    def encoder_tensors(self) -> dict[str, torch.Tensor]:
+        params = dict(self.model.named_parameters())
+        return {k: params[k].detach().clone() for k in self.names}
+
+    def state(self) -> dict[str, Any]:
+        return {"encoder": self.encoder_tensors(),
+                "heads": {k: v.detach().clone() for k, v in self.heads.tensors("").items()},
+                "opt": self.opt.state_dict()}
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for k, v in st["encoder"].items():
+                params[k].copy_(v)
+            for k in LinearHeads.NAMES:
+                getattr(self.heads, k).copy_(st["heads"][k])
+        self.opt.load_state_dict(st["opt"])
+
+    def to_model(self, config: dict[str, Any]) -> GuardModel:
+        enc_t = self.encoder_tensors()
+        heads = LinearHeads(**{k: getattr(self.heads, k).detach().clone() for k in LinearHeads.NAMES})
+        return GuardModel("finetune", heads, config, _encoder_with(self.base, enc_t), encoder_tensors=enc_t)

@@ -1,0 +1,270 @@
+"""PreferDiff (and DreamRec = PreferDiff with lam = 1), SASRec with full-catalogue cross-entropy, popularity.
+
+Follows /work/shared/algorithms/recommendation.md and the reference code (github lswhim/PreferDiff):
+- history encoder: SASRec (learned positions, causal self-attention, 1 layer / 2 heads by default); the condition h
+  is the hidden state at the last real position. Histories are right-padded with item index 0.
+- denoiser f(x_t, h, t) predicts x_0: one Linear over concat[x_t, h, MLP(sinusoidal(t))].
+- item embeddings: one learned table (index 0 = padding) used both for the history and as diffusion targets x_0.
+- classifier-free guidance: in training h is replaced by a learned null vector with probability p_null (0.1);
+  at sampling x0_hat = (1 + w) f(x, h, t) - w f(x, null, t).
+- diffusion: T = 2000, linear betas 1e-4..0.02; deterministic DDIM (eta = 0) over `sample_steps` sub-steps.
+- loss: centroid negative e_bar = mean of the other in-batch targets; x+_t and e_bar_t at the same t with
+  independent noise; cos_err(a, b) = mean over the batch of (cos(a, b) - 1)^2;
+  L = -(1 - lam) log sigmoid(-gamma (L_pos - L_neg)) + lam L_pos.  (As in the reference, L_pos and L_neg are
+  batch means, so the preference term compares the two batch-level errors.)
+- ranking: score = x0_hat . E_items^T over the whole catalogue.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODEL_KINDS = ("preferdiff", "dreamrec", "sasrec_ce", "popularity")
+
+
+@dataclass
+class ModelConfig:
+    kind: str
+    n_items: int
+    dim: int = 64
+    max_history: int = 10
+    heads: int = 2
+    layers: int = 1
+    dropout: float = 0.1
+    emb_init_std: float = 1.0
+    timesteps: int = 2000
+    beta_start: float = 1e-4
+    beta_end: float = 0.02
+    sample_steps: int = 20
+    guidance_w: float = 2.0
+    p_null: float = 0.1
+    lam: float = 0.4
+    gamma: float = 5.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# ------------------------------------------------------------------------------------------- loss pieces (spec)
+def cos_err(target: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    """mean over rows of (cos(target, pred) - 1)^2; 0 when every pair is parallel (same direction)."""
+    cos = (F.normalize(target, dim=-1) * F.normalize(pred, dim=-1)).sum(-1)
+    return ((cos - 1.0) ** 2).mean()
+
+
+def centroid_negatives(x0: torch.Tensor) -> torch.Tensor:
+    """Row b: mean of the other rows (the other in-batch targets). Needs B >= 2."""
+    b = x0.shape[0]
+    if b < 2:
+        raise ValueError("centroid negatives need a batch of at least 2")
+    return (x0.sum(0, keepdim=True) - x0) / (b - 1)
+
+
+def preferdiff_loss(l_pos: torch.Tensor, l_neg: torch.Tensor, lam: float, gamma: float) -> torch.Tensor:
+    """-(1 - lam) log sigmoid(-gamma (L_pos - L_neg)) + lam L_pos."""
+    return -(1.0 - lam) * F.logsigmoid(-gamma * (l_pos - l_neg)) + lam * l_pos
+
+
+def guided_x0(cond: torch.Tensor, uncond: torch.Tensor, w: float) -> torch.Tensor:
+    return (1.0 + w) * cond - w * uncond
+
+
+def linear_alphas_cumprod(timesteps: int, beta_start: float, beta_end: float) -> torch.Tensor:
+    betas = torch.linspace(beta_start, beta_end, timesteps, dtype=torch.float64)
+    return torch.cumprod(1.0 - betas, 0).to(torch.float32)
+
+
+def ddim_timesteps(timesteps: int, steps: int) -> list[int]:
+    """Descending sub-sequence of [0, T): T-1, T-1-T/S, ..., T/S-1 (S values)."""
+    steps = max(1, min(int(steps), timesteps))
+    stride = timesteps / steps
+    return [int(round(stride * (i + 1))) - 1 for i in reversed(range(steps))]
+
+
+@torch.no_grad()
+def ddim_sample(x0_fn, shape: tuple[int, ...], alphas_cumprod: torch.Tensor, steps: int,
+                generator: torch.Generator | None = None, x_T: torch.Tensor | None = None) -> torch.Tensor:
+    """Deterministic DDIM (eta = 0) with an x0-predictor: x_prev = sqrt(a_prev) x0 + sqrt(1 - a_prev) eps_hat,
+    eps_hat = (x_t - sqrt(a_t) x0) / sqrt(1 - a_t); the last step has a_prev = 1 and returns x0_hat itself.
+    `x0_fn(x_t, t: LongTensor [B]) -> x0_hat`."""
+    ts = ddim_timesteps(alphas_cumprod.numel(), steps)
+    x = x_T if x_T is not None else torch.randn(shape, generator=generator, dtype=alphas_cumprod.dtype)
+    for i, t in enumerate(ts):
+        a_t = alphas_cumprod[t]
+        a_prev = alphas_cumprod[ts[i + 1]] if i + 1 < len(ts) else torch.ones((), dtype=a_t.dtype)
+        x0 = x0_fn(x, torch.full((shape[0],), t, dtype=torch.long))
+        eps = (x - a_t.sqrt() * x0) / (1.0 - a_t).sqrt()
+        x = a_prev.sqrt() * x0 + (1.0 - a_prev).sqrt() * eps
+    return x
+
+
+def sinusoidal(t: torch.Tensor, dim: int) -> torch.Tensor:
+    half = dim // 2
+    freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
+    ang = t.to(torch.float32)[:, None] * freqs[None, :]
+    emb = torch.cat([ang.sin(), ang.cos()], dim=-1)
+    return F.pad(emb, (0, dim - 2 * half))
+
+
+# ------------------------------------------------------------------------------------------------- networks
+class _Block(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, dim))
+        self.drop = nn.Dropout(dropout)
+        self.p = dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        # Right padding + causal mask: a real position only ever attends to real positions before it.
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
+        x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, n, d)))
+        x = x + self.drop(self.ff(self.ln2(x)))
+        return x * mask
+
+
+class SequenceEncoder(nn.Module):
+    """SASRec: item + learned position embeddings, causal transformer; returns the state at the last item."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.dim, padding_idx=0)
+        nn.init.normal_(self.item_emb.weight, 0.0, cfg.emb_init_std)
+        with torch.no_grad():
+            self.item_emb.weight[0].zero_()
+        self.pos_emb = nn.Embedding(cfg.max_history, cfg.dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(_Block(cfg.dim, cfg.heads, cfg.dropout) for _ in range(cfg.layers))
+        self.ln = nn.LayerNorm(cfg.dim)
+
+    def forward(self, history: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        n = history.shape[1]
+        mask = (history != 0).unsqueeze(-1).to(self.item_emb.weight.dtype)
+        x = self.item_emb(history) + self.pos_emb.weight[:n].unsqueeze(0)
+        x = self.drop(x) * mask
+        for blk in self.blocks:
+            x = blk(x, mask)
+        x = self.ln(x)
+        idx = (lengths.clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
+        return x.gather(1, idx).squeeze(1)
+
+
+class PreferDiff(nn.Module):
+    """Diffusion recommender; lam = 1 gives DreamRec (no preference term)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.dim
+        self.encoder = SequenceEncoder(cfg)
+        self.null = nn.Parameter(torch.randn(d))
+        self.step_mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.denoiser = nn.Linear(3 * d, d)
+        self.register_buffer("alphas_cumprod", linear_alphas_cumprod(cfg.timesteps, cfg.beta_start, cfg.beta_end),
+                             persistent=False)
+
+    def item_table(self) -> torch.Tensor:
+        """[N, d]: row j scores item index j + 1."""
+        return self.encoder.item_emb.weight[1:]
+
+    def denoise(self, x_t: torch.Tensor, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        temb = self.step_mlp(sinusoidal(t, self.cfg.dim))
+        return self.denoiser(torch.cat([x_t, h, temb], dim=-1))
+
+    def q_sample(self, x0: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        a = self.alphas_cumprod[t].unsqueeze(-1)
+        return a.sqrt() * x0 + (1.0 - a).sqrt() * noise
+
+    def loss(self, history: torch.Tensor, lengths: torch.Tensor, target: torch.Tensor, *,
+             t: torch.Tensor | None = None, noise_pos: torch.Tensor | None = None,
+             noise_neg: torch.Tensor | None = None, null_mask: torch.Tensor | None = None,
+             x0_neg: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The training objective; the optional arguments pin the random draws (tests)."""
+        cfg = self.cfg
+        b = target.shape[0]
+        h = self.encoder(history, lengths)
+        if null_mask is None:
+            null_mask = torch.rand(b) < cfg.p_null
+        h = torch.where(null_mask.unsqueeze(-1), self.null.expand_as(h), h)
+        x0_pos = self.encoder.item_emb(target)
+        if x0_neg is None:
+            x0_neg = centroid_negatives(x0_pos)
+        if t is None:
+            t = torch.randint(0, cfg.timesteps, (b,))
+        if noise_pos is None:
+            noise_pos = torch.randn_like(x0_pos)
+        if noise_neg is None:
+            noise_neg = torch.randn_like(x0_pos)
+        x_pos = self.q_sample(x0_pos, t, noise_pos)
+        x_neg = self.q_sample(x0_neg, t, noise_neg)
+        pred = self.denoise(torch.cat([x_pos, x_neg]), torch.cat([h, h]), torch.cat([t, t]))
+        l_pos = cos_err(x0_pos, pred[:b])
+        l_neg = cos_err(x0_neg, pred[b:])
+        loss = preferdiff_loss(l_pos, l_neg, cfg.lam, cfg.gamma)
+        return loss, {"loss": float(loss.detach()), "l_pos": float(l_pos.detach()), "l_neg": float(l_neg.detach())}
+
+    @torch.no_grad()
+    def sample(self, h: torch.Tensor, *, w: float | None = None, steps: int | None = None,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        w = self.cfg.guidance_w if w is None else float(w)
+        null = self.null.expand_as(h)
+
+        def x0_fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            if w == 0.0:
+                return self.denoise(x, h, t)
+            both = self.denoise(torch.cat([x, x]), torch.cat([h, null]), torch.cat([t, t]))
+            return guided_x0(both[:h.shape[0]], both[h.shape[0]:], w)
+
+        return ddim_sample(x0_fn, tuple(h.shape), self.alphas_cumprod, steps or self.cfg.sample_steps, generator)
+
+    @torch.no_grad()
+    def queries(self, history: torch.Tensor, lengths: torch.Tensor, *,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """[B, d] vectors whose dot product with item_table() ranks the catalogue."""
+        return self.sample(self.encoder(history, lengths), generator=generator)
+
+
+class SASRecCE(nn.Module):
+    """SASRec trained with softmax cross-entropy over the full catalogue; scores = h . E^T."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = SequenceEncoder(cfg)
+
+    def item_table(self) -> torch.Tensor:
+        return self.encoder.item_emb.weight[1:]
+
+    def loss(self, history: torch.Tensor, lengths: torch.Tensor, target: torch.Tensor
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = self.encoder(history, lengths) @ self.item_table().T
+        loss = F.cross_entropy(logits, target - 1)
+        return loss, {"loss": float(loss.detach())}
+
+    @torch.no_grad()
+    def queries(self, history: torch.Tensor, lengths: torch.Tensor, *,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.encoder(history, lengths)
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    if cfg.kind in ("preferdiff", "dreamrec"):
+        return PreferDiff(cfg)
+    if cfg.kind == "sasrec_ce":
+        return SASRecCE(cfg)
+    raise ValueError(f"no network for kind {cfg.kind!r}")
