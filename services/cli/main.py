@@ -6,13 +6,9 @@ import asyncio
 import json
 import logging
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from services.cli.client import UP_FILE, resolve_target, state_name, watch
+from services.cli.client import resolve_target, state_name, watch
 from services.common.jobkinds import QUEUES
 
 
@@ -29,6 +25,12 @@ def cmd_serve(args) -> None:
     if args.port is not None:
         settings.grpc.port = args.port
     asyncio.run(serve(settings, args.services or list(SERVICES)))
+
+
+def cmd_predictor(args) -> None:
+    from services.cli.serve import run_predictor  # noqa: PLC0415
+
+    run_predictor(_settings(), args.name, args.tenant, args.model, args.http_port, args.grpc_port)
 
 
 def cmd_worker(args) -> None:
@@ -149,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("services", nargs="*", help="services to host (default: all)")
     sp.add_argument("--port", type=int)
     sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("predictor", help="serve a registered model with kserve's ModelServer (OIP v2)")
+    sp.add_argument("name", help="predictor name, e.g. recommendation")
+    sp.add_argument("--tenant", required=True, help="tenant id that owns the model")
+    sp.add_argument("--model", required=True, help="model name, name:version or name@alias in the registry")
+    sp.add_argument("--http-port", type=int, default=8080)
+    sp.add_argument("--grpc-port", type=int, default=8081)
+    sp.set_defaults(func=cmd_predictor)
 
     sp = sub.add_parser("worker", help="run a Celery worker for job queues")
     sp.add_argument("--queues", default="all", help=f"comma-separated subset of {','.join(QUEUES)} (default all)")

@@ -19,6 +19,9 @@ SERVICES: dict[str, str] = {
     "platform": "services.platform.api:register",
 }
 
+# predictor name -> "module:build" (build(settings, tenant_id, model_ref) -> kserve.Model), served by kserve's ModelServer
+PREDICTORS: dict[str, str] = {}
+
 
 def registrars(names: list[str]):
     out = []
@@ -51,3 +54,14 @@ async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Eve
     if hub is not None:
         await hub.stop()
     app.pool.close()
+
+
+def run_predictor(settings: Settings, name: str, tenant_id: str, model: str, http_port: int, grpc_port: int) -> None:
+    """Serve one registered model with kserve's ModelServer (Open Inference Protocol v2 over REST and gRPC)."""
+    if name not in PREDICTORS:
+        raise SystemExit(f"unknown predictor {name!r}; known: {', '.join(PREDICTORS) or 'none yet'}")
+    from kserve import ModelServer  # noqa: PLC0415 - heavy; only predictor processes need it
+
+    module, _, func = PREDICTORS[name].partition(":")
+    predictor = getattr(importlib.import_module(module), func)(settings, tenant_id, model)
+    ModelServer(http_port=http_port, grpc_port=grpc_port).start([predictor])
