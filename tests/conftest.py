@@ -5,3 +5,67 @@ if not os.environ.get("TRITON_INTERPRET"):
     import torch
 
     os.environ["TRITON_INTERPRET"] = "0" if torch.cuda.is_available() else "1"
+
+import random  # noqa: E402
+import uuid  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests import harness  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def database_url():
+    from services.common import db
+    from services.common.settings import Settings
+
+    url = harness.create_database()
+    db.migrate(Settings(database_url=url))
+    yield url
+    harness.drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    with harness.weed_server(tmp_path_factory.mktemp("weed")) as weed:
+        yield weed
+
+
+@pytest.fixture(scope="session")
+def redis_db():
+    """A Redis database number of its own, so a test run shares no queue with anything else."""
+    return random.randint(1, 15)
+
+
+@pytest.fixture(scope="session")
+def settings(database_url, s3, redis_db):
+    return harness.make_settings(database_url, s3.endpoint, f"{harness.REDIS_URL}/{redis_db}",
+                                 bucket=f"praxon-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(scope="session")
+def platform(settings):
+    server = harness.PlatformServer(settings, ["platform"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def tenants(settings):
+    """Two tenants with a token each: {'a': (tenant_id, token), 'b': (...)}."""
+    suffix = uuid.uuid4().hex[:6]
+    return {"a": harness.token_for(settings, f"tenant-a-{suffix}"), "b": harness.token_for(settings, f"tenant-b-{suffix}")}
+
+
+@pytest.fixture
+def workers(settings, tmp_path):
+    """Start `praxon worker` processes: workers() or workers(other_settings); all stopped afterwards."""
+    started = []
+
+    def start(s=None, queues: str = "all"):
+        w = harness.Worker(s or settings, tmp_path, queues)
+        started.append(w)
+        return w
+    yield start
+    for w in started:
+        w.stop()

@@ -33,6 +33,15 @@ _lock = threading.Lock()
 _inherited: list[Runtime] = []
 
 
+def _after_fork_in_child() -> None:
+    # A fork can happen while another thread (the lease reaper) holds the lock: start the child with a new one.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def configure(settings: Settings) -> None:
     global _settings
     _settings = settings

@@ -16,7 +16,7 @@ def run_demo(data_dir: Path, *, port: int = 50051) -> None:
     (data_dir / UP_FILE).unlink(missing_ok=True)
     print(f"starting the platform on embedded defaults (logs: {data_dir}/up.log) ...", flush=True)
     up = spawn([sys.executable, "-m", "services.cli.main", "--log-level", "INFO", "up", "--data-dir", str(data_dir),
-                "--port", str(port)], data_dir / "up.log", death_signal=signal.SIGINT)
+                "--port", str(port)], data_dir / "up.log", stop_signal="INT")
     try:
         deadline = time.monotonic() + 180
         while not (data_dir / UP_FILE).exists():

@@ -24,14 +24,17 @@ def _die_with_parent(sig: int = signal.SIGTERM) -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
-def spawn(cmd: list[str], log_path: Path, *, env: dict[str, str] | None = None,
-          death_signal: int = signal.SIGTERM) -> subprocess.Popen:
-    """Start a child in its own process group (Ctrl-C goes to the launcher, which stops children in order)
-    that receives death_signal if the launcher dies."""
+def spawn(cmd: list[str], log_path: Path, *, env: dict[str, str] | None = None, stop_signal: str = "TERM",
+          user: str = "") -> subprocess.Popen:
+    """Start cmd behind a guard process, in a session of its own (Ctrl-C reaches the launcher, which stops
+    children in order). The guard dies with the launcher and then stops cmd with stop_signal.
+    No preexec_fn here: forking a multi-threaded process (gRPC, a DB pool) and running Python before exec
+    can deadlock; the single-threaded guard does that part."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, preexec_fn=lambda: (os.setpgrp(), _die_with_parent(death_signal)))
+    guard = [sys.executable, "-m", "services.common.embedded", "guard", user, stop_signal, str(os.getpid()), "--", *cmd]
+    return subprocess.Popen(guard, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
 
 
 def free_port() -> int:
@@ -190,8 +193,7 @@ class EmbeddedPostgres:
                    pgdata=self.pgdata, user=user)
         cmd = [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(self.pgdata), "-k", str(self.socket_dir),
                "-c", "listen_addresses=", "-c", "max_connections=200"]
-        guard = [sys.executable, "-m", "services.common.embedded", "guard", user or "", "INT", "--", *cmd]
-        self.proc = spawn(guard, self.data_dir / "postgres.log")
+        self.proc = spawn(cmd, self.data_dir / "postgres.log", stop_signal="INT", user=user or "")
         deadline = time.monotonic() + timeout
         while not (self.socket_dir / ".s.PGSQL.5432").exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -218,10 +220,14 @@ def _wait_for_postgres(url: str, timeout: float) -> None:
             time.sleep(0.1)
 
 
-def _guard(user: str, stop_signal: str, cmd: list[str]) -> int:
-    """Run cmd (as user) and stop it with stop_signal when we are told to stop or our parent dies."""
+def _guard(user: str, stop_signal: str, parent_pid: int, cmd: list[str]) -> int:
+    """Run cmd (as user) and stop it with stop_signal when told to stop or when the launcher dies."""
     _die_with_parent(signal.SIGTERM)
-    child = subprocess.Popen(cmd, user=user or None)
+    if os.getppid() != parent_pid:  # the launcher died before the death signal was armed
+        return 1
+    # A root child also dies with the guard; a uid change would drop that signal, so then we forward only.
+    child = subprocess.Popen(cmd, user=user or None,
+                             preexec_fn=None if user else (lambda: _die_with_parent(signal.SIGKILL)))
     sig = getattr(signal, f"SIG{stop_signal}")
 
     def forward(signum, frame):  # noqa: ARG001
@@ -229,12 +235,10 @@ def _guard(user: str, stop_signal: str, cmd: list[str]) -> int:
             child.send_signal(sig)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, forward)
-    if os.getppid() == 1:  # the launcher died before we armed the signal
-        forward(None, None)
     return child.wait()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 4 and sys.argv[1] == "guard" and sys.argv[4] == "--":
-        raise SystemExit(_guard(sys.argv[2], sys.argv[3], sys.argv[5:]))
-    raise SystemExit("usage: python -m services.common.embedded guard USER SIGNAL -- CMD...")
+    if len(sys.argv) > 5 and sys.argv[1] == "guard" and sys.argv[5] == "--":
+        raise SystemExit(_guard(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6:]))
+    raise SystemExit("usage: python -m services.common.embedded guard USER SIGNAL PARENT_PID -- CMD...")

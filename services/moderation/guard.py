@@ -337,14 +337,19 @@ class GuardModel:
         return self.heads.logits(phi_t)
 
     def predict_from_features(self, phi: np.ndarray) -> dict[str, np.ndarray]:
-        """Probabilities from features, computed row by row so a row's result never depends on its batch."""
+        """Probabilities from features, computed row by row so a row's result never depends on its batch (or on
+        its position in it): the same (text, role) always gets bit-identical outputs within a process."""
+        # Everything per row, on fresh memory: BLAS and vectorised sigmoid may round differently with the batch
+        # size or a row's offset, and decisions must not depend on what else was in the batch.
         phi_t = torch.as_tensor(phi, dtype=torch.float64)
-        parts = [self.heads.logits(phi_t[i:i + 1]) for i in range(phi_t.shape[0])]
-        if not parts:
+        rows = []
+        with torch.no_grad():
+            for i in range(phi_t.shape[0]):
+                rows.append(probabilities(*self.heads.logits(phi_t[i:i + 1].clone())))
+        if not rows:
             return {"unsafe": np.zeros(0), "topics": np.zeros((0, N_TOPICS)),
                     "severity_ge": np.zeros((0, N_TOPICS, N_LEVELS)), "severity": np.zeros((0, N_TOPICS), int)}
-        with torch.no_grad():
-            return probabilities(*(torch.cat([p[j] for p in parts]) for j in range(3)))
+        return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
     def predict_proba(self, texts: Sequence[str], roles: Sequence[str]) -> dict[str, np.ndarray]:
         """{"unsafe": [N], "topics": [N, 11], "severity_ge": [N, 11, 4] (non-increasing in k),
@@ -410,13 +415,26 @@ class FinetuneTrainer:
         self.enc = MiniLMEncoder.from_parts(base.tokenizer, self.model, model_dir=base.model_dir,
                                             max_tokens=base.max_tokens)
 
-    def _loss(self, phi: torch.Tensor, y: Targets) -> torch.Tensor:
+    @staticmethod
+    def topic_class_weights(y: Targets) -> np.ndarray:
+        """[2, 11] per-element weights (negative, positive) making a mini-batch mean an unbiased estimate of the
+        class-balanced topic loss of frozen_linear_objective (each class carries half of a topic's weight)."""
+        yt = y.topic[y.topic_known]
+        n = max(len(yt), 1)
+        pos = yt.sum(0)
+        neg = len(yt) - pos
+        return np.stack([np.where(neg > 0, 0.5 * n / np.maximum(neg, 1), 0.0),
+                         np.where(pos > 0, 0.5 * n / np.maximum(pos, 1), 0.0)])
+
+    def _loss(self, phi: torch.Tensor, y: Targets, cw: np.ndarray) -> torch.Tensor:
         u, tl, s = self.heads.logits(phi)
         bce = torch.nn.functional.binary_cross_entropy_with_logits
         loss = bce(u, torch.from_numpy(y.unsafe))
         known = torch.from_numpy(y.topic_known)
         if known.any():
-            loss = loss + bce(tl[known], torch.from_numpy(y.topic)[known], reduction="sum") / known.sum()
+            yt = torch.from_numpy(y.topic)[known]
+            w = torch.where(yt > 0.5, torch.from_numpy(cw[1]), torch.from_numpy(cw[0]))
+            loss = loss + (w * bce(tl[known], yt, reduction="none")).sum() / known.sum()
         sev = torch.from_numpy(y.severity)
         mask = sev >= 0
         if mask.any():
@@ -431,17 +449,18 @@ class FinetuneTrainer:
         order = torch.randperm(len(texts), generator=g).numpy()
         r = torch.from_numpy(validate_roles(roles, len(texts)))
         total = 0.0
+        cw = self.topic_class_weights(y)
         for k in range(0, len(order), self.batch_size):
             idx = order[k:k + self.batch_size]
             batch = self.enc.tokenize([texts[i] for i in idx], padding=True)
             e = self.enc.forward(batch).to(torch.float64)
             ri = r[idx][:, None]
             phi = torch.cat([e, ri * e, ri], dim=1)
-            loss = self._loss(phi, y.subset(idx))
+            loss = self._loss(phi, y.subset(idx), cw)
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
         return total / len(texts)
 
     def encoder_tensors(self) -> dict[str, torch.Tensor]:

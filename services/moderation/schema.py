@@ -129,6 +129,14 @@ def validate_row(obj: Any, i: int) -> tuple[GuardExample | None, list[FieldViola
                         split=split, id=obj.get("id"), source=obj.get("source")), []
 
 
+def _lines(text: str) -> list[str]:
+    """JSONL lines: split on "\n" only (str.splitlines would also split inside strings holding U+0085, U+2028...)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
 def parse_guard_jsonl(data: bytes | str, *, field_prefix: str = "") -> list[GuardExample]:
     """Parse and validate a praxon guard JSONL artifact. Raises InvalidArgument listing up to 20 violations,
     each naming ``rows[i].<field>`` (i = 0-based line index)."""
@@ -139,7 +147,7 @@ def parse_guard_jsonl(data: bytes | str, *, field_prefix: str = "") -> list[Guar
             raise InvalidArgument(f"{field_prefix}rows", f"dataset is not valid UTF-8 (byte {e.start})") from None
     out: list[GuardExample] = []
     vs: list[FieldViolation] = []
-    for i, line in enumerate(data.splitlines()):
+    for i, line in enumerate(_lines(data)):
         if not line.strip():
             continue
         try:
@@ -212,7 +220,7 @@ def _records(data: bytes | str | Iterable[Mapping[str, Any]]) -> list[tuple[int,
     if isinstance(data, (bytes, str)):
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         out = []
-        for i, line in enumerate(text.splitlines()):
+        for i, line in enumerate(_lines(text)):
             if not line.strip():
                 continue
             try:

@@ -55,7 +55,8 @@ def scan_sentences(text: str, pos: int = 0, *, final: bool,
                 end, nxt = j + 1, j + 1
                 break
         if end < 0:
-            if s + max_chars <= n:  # length cut: last whitespace inside the window, else a hard cut
+            if s + max_chars < n:  # length cut (decidable once text[s + max_chars] exists, which the boundary
+                # test at j = s + max_chars - 1 needs): the last whitespace inside the window, else a hard cut
                 ws = max((k for k in range(s + 1, s + max_chars) if text[k].isspace()), default=-1)
                 end = nxt = ws if ws > 0 else s + max_chars
             elif final:

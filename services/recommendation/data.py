@@ -236,10 +236,11 @@ def load_movielens_100k() -> pd.DataFrame:
 
 def synthetic_interactions(*, n_users: int = 1000, n_items: int = 200, n_clusters: int = 10, successors: int = 3,
                            min_len: int = 6, max_len: int = 20, noise: float = 0.1,
-                           seed: int = 0) -> pd.DataFrame:
+                           popularity_exponent: float = 0.8, seed: int = 0) -> pd.DataFrame:
     """Sequences with planted first-order transitions: items fall into clusters; each item has `successors` next
     items (mostly in its own cluster) with Dirichlet weights; with probability `noise` the next item is drawn from a
-    Zipf popularity instead. A sequence model can learn P(next | last) and beat popularity by a wide margin."""
+    Zipf popularity (exponent `popularity_exponent`; 0 = uniform) instead; first items come from the same Zipf.
+    A sequence model can learn P(next | last) and beat popularity by a wide margin."""
     if n_items < 2 * successors or n_clusters < 1 or n_users < 10 or not 2 <= min_len <= max_len:
         raise InvalidArgument("params", "synthetic generator needs n_items >= 2*successors, n_users >= 10, "
                                         "2 <= min_len <= max_len")
@@ -264,7 +265,7 @@ def synthetic_interactions(*, n_users: int = 1000, n_items: int = 200, n_cluster
             chosen.append(c)
         succ[i] = chosen
         probs[i] = rng.dirichlet(np.ones(successors))
-    pop = 1.0 / np.arange(1, n_items + 1) ** 0.8
+    pop = 1.0 / np.arange(1, n_items + 1) ** float(popularity_exponent)
     pop = pop[rng.permutation(n_items)]
     pop /= pop.sum()
     rows_u, rows_i, rows_t = [], [], []

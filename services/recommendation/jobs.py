@@ -25,7 +25,7 @@ MODEL_FORMAT = "praxon.recommendation.model/v1"
 REGISTRY_KIND = "recommendation"
 MAX_BATCH = 4096
 _SYNTH_KEYS = {"n_users": int, "n_items": int, "n_clusters": int, "successors": int, "min_len": int, "max_len": int,
-               "noise": float, "synthetic_seed": int}
+               "noise": float, "popularity_exponent": float, "synthetic_seed": int}
 
 
 def _int_param(params: dict, name: str, default: int, lo: int, hi: int) -> int:
@@ -57,9 +57,10 @@ def run_import(ctx: JobContext) -> dict:
                 if k in p:
                     v = p[k]
                     ok = (isinstance(v, int) and not isinstance(v, bool)) if typ is int else \
-                        (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1)
+                        (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= (1 if k == "noise" else 3))
                     if not ok:
-                        raise InvalidArgument(f"params.{k}", f"must be {'an integer' if typ is int else 'in [0, 1]'}")
+                        raise InvalidArgument(f"params.{k}", "must be an integer" if typ is int else
+                                              f"must be in [0, {1 if k == 'noise' else 3}]")
                     kw["seed" if k == "synthetic_seed" else k] = typ(v)
             if kw.get("n_users", 1000) * kw.get("max_len", 20) > 5_000_000:
                 raise InvalidArgument("params.n_users", "the synthetic set would exceed 5M interactions")

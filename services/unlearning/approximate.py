@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.unlearning.linear import canonical_kind, is_convex_kind
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (outputs, targets) -> mean loss
 METHODS = ("noisy_finetune", "finetune", "gradient_ascent", "retrain")
@@ -195,8 +196,6 @@ register_module_builder("mlp_classifier", _build_mlp)
 
 def build_module(tensors: dict[str, torch.Tensor], config: dict) -> tuple[nn.Module, LossFn]:
     kind = str(config.get("kind", ""))
-    from services.unlearning.linear import canonical_kind, is_convex_kind
-
     if is_convex_kind(kind):
         head = LinearHead(canonical_kind(kind), tensors["W"], tensors["b"], float(config.get("mu", 0.0)))
         return head, head.loss

@@ -23,6 +23,7 @@ is built in); config "feature_dim", "num_classes", "dataset_artifact_id".
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -34,7 +35,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext
 from services.common.state import dumps_state, loads_state
 from services.unlearning import approximate, audit, certified, robust
-from services.unlearning.data import DATASET_CONTENT_TYPE, Dataset, decode_dataset, decode_forget_set, parse_forget_ids
+from services.unlearning.data import Dataset, decode_dataset, decode_forget_set, parse_forget_ids
 from services.unlearning.linear import (CONVEX_KINDS, DTYPE, LinearProblem, canonical_kind, is_convex_kind,
                                        problem_from_config)
 
@@ -44,7 +45,7 @@ STATE_CONTENT_TYPE = "application/vnd.praxon.unlearning-state+safetensors"
 REPORT_CONTENT_TYPE = "application/json"
 
 DEFAULTS = {"r": 1e-3, "epsilon": 1.0, "delta": 1e-5, "max_steps": 100_000, "checkpoint_every": 50,
-            "robust_max_steps": 5000, "robust_noise_std": 0.0}
+            "robust_max_steps": 1000, "robust_noise_std": 0.0}
 
 
 # ---- parameter helpers -----------------------------------------------------------------------------------
@@ -101,10 +102,13 @@ def _forget_ids(ctx: JobContext, params: dict) -> list[str]:
 
 
 def _checkpoint(ctx: JobContext, job: str) -> dict:
+    """This job's checkpoint, or a fresh one. A checkpoint written for other params (or another job kind)
+    is ignored, so a stale state can never be resumed into a different request."""
+    key = hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
     ck = ctx.load_checkpoint()
-    if isinstance(ck, dict) and ck.get("job") == job:
+    if isinstance(ck, dict) and ck.get("job") == job and ck.get("params_sha256") == key:
         return ck
-    return {"job": job}
+    return {"job": job, "params_sha256": key}
 
 
 def _gd_callback(ctx: JobContext, ck: dict, phase: str, total_hint: int, base: float, span: float):
@@ -124,7 +128,7 @@ def _resume_gd(ck: dict, phase: str) -> certified.GDState | None:
 
 
 def _write_state(ctx: JobContext, theta_start: torch.Tensor, theta_private: torch.Tensor) -> str:
-    blob = dumps_state({"theta_start": theta_start.to(DTYPE), "theta_private": theta_private.to(DTYPE)})
+    blob = dumps_state({"theta_start": theta_start.to(DTYPE).clone(), "theta_private": theta_private.to(DTYPE).clone()})
     return ctx.write_artifact("unlearning_state.safetensors", blob, STATE_CONTENT_TYPE,
                               metadata={"visibility": "private", "purpose": "certified unlearning warm start"})
 

@@ -1,0 +1,195 @@
+"""Real pieces for tests: a fresh database on the machine's PostgreSQL, a `weed mini` S3 server, the gRPC
+platform on loopback (in a thread with its own event loop), and `praxon worker` subprocesses."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import psycopg
+
+from services.common import db
+from services.common.embedded import free_port, spawn, stop
+from services.common.settings import S3Settings, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN_URL = os.environ.get("PRAXON_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("PRAXON_TEST_REDIS", "redis://127.0.0.1:6379")
+RABBIT_URL = os.environ.get("PRAXON_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def free_port_base(span: int = 6) -> int:
+    """A base port with base .. base+span and their +10000 gRPC twins free (weed mini needs them)."""
+    import socket
+
+    for _ in range(200):
+        base = 20000 + (os.getpid() * 7919 + int(time.time() * 1000)) % 25000
+        ok = True
+        for p in [*range(base, base + span), *range(base + 10000, base + 10000 + span)]:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", p)) == 0:
+                    ok = False
+                    break
+        if ok:
+            return base
+        time.sleep(0.01)
+    raise RuntimeError("no free port range for weed mini")
+
+
+def create_database() -> str:
+    name = f"praxon_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.conninfo.make_conninfo(PG_ADMIN_URL, dbname=name)
+
+
+def drop_database(url: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: str, **jobs) -> Settings:
+    s = Settings(database_url=database_url, broker_url=broker_url,
+                 s3=S3Settings(endpoint=s3_endpoint, access_key="praxon", secret_key="praxon-test-secret",
+                               bucket=bucket),
+                 metrics_port=0)
+    s.grpc.port = 0
+    s.grpc.max_message_bytes = 1024 * 1024
+    s.jobs.lease_seconds = jobs.get("lease_seconds", 3.0)
+    s.jobs.heartbeat_seconds = jobs.get("heartbeat_seconds", 0.5)
+    s.jobs.reaper_interval_seconds = jobs.get("reaper_interval_seconds", 1.0)
+    s.jobs.extra_modules = ["tests.job_kinds"]
+    return s
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The PRAXON_* variables a subprocess needs to see the same settings."""
+    j = settings.jobs
+    return {
+        "PRAXON_DATABASE_URL": settings.database_url.get_secret_value(),
+        "PRAXON_BROKER_URL": settings.broker_url.get_secret_value(),
+        "PRAXON_S3__ENDPOINT": settings.s3.endpoint, "PRAXON_S3__BUCKET": settings.s3.bucket,
+        "PRAXON_S3__ACCESS_KEY": settings.s3.access_key.get_secret_value(),
+        "PRAXON_S3__SECRET_KEY": settings.s3.secret_key.get_secret_value(),
+        "PRAXON_JOBS__LEASE_SECONDS": str(j.lease_seconds), "PRAXON_JOBS__HEARTBEAT_SECONDS": str(j.heartbeat_seconds),
+        "PRAXON_JOBS__REAPER_INTERVAL_SECONDS": str(j.reaper_interval_seconds),
+        "PRAXON_JOBS__EXTRA_MODULES": '["tests.job_kinds"]', "PRAXON_METRICS_PORT": "0",
+    }
+
+
+class Worker:
+    """A `praxon worker` process in its own session, so a test can kill -9 the whole worker."""
+
+    def __init__(self, settings: Settings, log_dir: Path, queues: str = "all", name: str = "worker"):
+        env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(ROOT)}
+        self.log = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        self.proc = spawn([sys.executable, "-m", "services.cli.main", "--log-level", "INFO", "worker",
+                           "--queues", queues], self.log, env=env)
+
+    def kill9(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(20)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class PlatformServer:
+    """The gRPC server with the given services, on a loopback port, in a background event loop."""
+
+    def __init__(self, settings: Settings, services: list[str]):
+        from services.cli.serve import registrars
+        from services.common.server import build_app_context, create_server
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.app = build_app_context(settings)
+        self.app.store.ensure_bucket()
+        self.server, self.port = self.run(create_server(self.app, registrars(services)))
+        self.address = f"127.0.0.1:{self.port}"
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        from services.common.server import shutdown
+
+        self.run(shutdown(self.server, 1.0))
+        hub = self.app.extras.get("event_hub")
+        if hub is not None:
+            self.run(hub.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.app.pool.close()
+
+
+def token_for(settings: Settings, tenant: str) -> tuple[str, str]:
+    with db.connect(settings) as conn:
+        return db.create_token(conn, tenant)
+
+
+def auth(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def job_row(settings: Settings, job_id: str) -> dict:
+    with db.connect(settings) as conn:
+        return conn.execute("SELECT * FROM jobs WHERE id = %s", (job_id,)).fetchone()
+
+
+def rpc_error_details(err: grpc.RpcError):
+    """(code, ErrorInfo | None, BadRequest | None, RetryInfo | None) unpacked from a rich status."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    status = rpc_status.from_call(err)
+    info = bad = retry = None
+    for d in (status.details if status else []):
+        for cls in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, error_details_pb2.RetryInfo):
+            if d.Is(cls.DESCRIPTOR):
+                msg = cls()
+                d.Unpack(msg)
+                if cls is error_details_pb2.ErrorInfo:
+                    info = msg
+                elif cls is error_details_pb2.BadRequest:
+                    bad = msg
+                else:
+                    retry = msg
+    return err.code(), info, bad, retry
+
+
+@contextmanager
+def weed_server(tmp: Path, bucket_hint: str = ""):
+    from services.common.embedded import WeedS3
+
+    weed = WeedS3(tmp, free_port_base(), "praxon", "praxon-test-secret").start()
+    try:
+        yield weed
+    finally:
+        weed.stop()
