@@ -147,6 +147,17 @@ class WorkerJobContext:
         version = self.rt.registry.version_by_id(self.tenant_id, model_version_id)
         return self.rt.registry.load_weights(self.tenant_id, version)
 
+    def forgotten_records(self, dataset_artifact_id: str) -> set[str]:
+        return self.rt.registry.tombstones(self.tenant_id, dataset_artifact_id)
+
+    def forget_records(self, dataset_artifact_id: str, record_ids: list[str]) -> None:
+        def write() -> None:
+            with self.rt.pool.connection() as conn:
+                self._owned(conn)
+                self.rt.registry.stage_tombstones(conn, self.tenant_id, self.job_id, dataset_artifact_id,
+                                                  [str(r) for r in record_ids])
+        _db_retry(write, "forget records")
+
 
 class Heartbeat(threading.Thread):
     def __init__(self, ctx: WorkerJobContext, interval: float):

@@ -54,6 +54,12 @@ class JobContext(Protocol):
     def load_model(self, model_version_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """(tensors, config) of a registered model version of this tenant."""
 
+    def forgotten_records(self, dataset_artifact_id: str) -> set[str]:
+        """Record ids deleted from a dataset by unlearning. Every dataset reader must drop them."""
+
+    def forget_records(self, dataset_artifact_id: str, record_ids: list[str]) -> None:
+        """Tombstone records of a dataset; takes effect (for every later reader) when this job succeeds."""
+
 
 @dataclass
 class InMemoryJobContext:
@@ -70,6 +76,7 @@ class InMemoryJobContext:
         default_factory=dict)
     checkpoint: bytes | None = None
     checkpoints_saved: int = 0
+    tombstones: dict[str, set[str]] = field(default_factory=dict)
 
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         self.events.append((float(fraction), message, dict(metrics)))
@@ -117,3 +124,9 @@ class InMemoryJobContext:
             raise NotFound(f"model version {model_version_id} not found")
         _, tensors, config, _ = self.models[model_version_id]
         return tensors, config
+
+    def forgotten_records(self, dataset_artifact_id: str) -> set[str]:
+        return set(self.tombstones.get(dataset_artifact_id, set()))
+
+    def forget_records(self, dataset_artifact_id: str, record_ids: list[str]) -> None:
+        self.tombstones.setdefault(dataset_artifact_id, set()).update(str(r) for r in record_ids)

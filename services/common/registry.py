@@ -2,7 +2,6 @@
 Weights are safetensors only; reading them never unpickles."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -103,8 +102,27 @@ class Registry:
                                                               tenant_id))
         return row
 
+    # ---- tombstones (records forgotten from a dataset) ----
+    @staticmethod
+    def stage_tombstones(conn: Connection, tenant_id: str, job_id: str, dataset_artifact_id: str,
+                         record_ids: list[str]) -> None:
+        if conn.execute("SELECT 1 FROM artifacts WHERE id = %s AND tenant_id = %s",
+                        (dataset_artifact_id, tenant_id)).fetchone() is None:
+            raise NotFound(f"dataset artifact {dataset_artifact_id} not found")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO dataset_tombstones (tenant_id, dataset_artifact_id, record_id, job_id) "
+                            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                            [(tenant_id, dataset_artifact_id, str(r), job_id) for r in record_ids])
+
+    def tombstones(self, tenant_id: str, dataset_artifact_id: str) -> set[str]:
+        with self.pool.connection() as conn:
+            return {r["record_id"] for r in conn.execute(
+                "SELECT record_id FROM dataset_tombstones WHERE tenant_id = %s AND dataset_artifact_id = %s "
+                "AND committed", (tenant_id, parse_uuid(dataset_artifact_id, "dataset_artifact_id")))}
+
     @staticmethod
     def commit_job_outputs(conn: Connection, job_id: str) -> None:
+        conn.execute("UPDATE dataset_tombstones SET committed = true WHERE job_id = %s", (job_id,))
         conn.execute("UPDATE artifacts SET committed = true WHERE producing_job_id = %s", (job_id,))
         staged = conn.execute("SELECT id, model_id FROM model_versions WHERE producing_job_id = %s AND NOT committed "
                               "ORDER BY created_at", (job_id,)).fetchall()
@@ -115,6 +133,7 @@ class Registry:
 
     @staticmethod
     def discard_job_outputs(conn: Connection, job_id: str) -> None:
+        conn.execute("DELETE FROM dataset_tombstones WHERE job_id = %s AND NOT committed", (job_id,))
         conn.execute("DELETE FROM model_versions WHERE producing_job_id = %s AND NOT committed", (job_id,))
         conn.execute("DELETE FROM artifacts WHERE producing_job_id = %s AND NOT committed", (job_id,))
 
@@ -187,7 +206,3 @@ def _finite(metrics: dict[str, float]) -> dict[str, float]:
         if v == v and v not in (float("inf"), float("-inf")):
             out[str(k)] = v
     return out
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)

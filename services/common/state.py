@@ -19,7 +19,7 @@ def pack_state(obj: Any) -> tuple[dict[str, torch.Tensor], Any]:
     def walk(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             key = f"t{len(tensors)}"
-            tensors[key] = x.detach().cpu().contiguous()
+            tensors[key] = x.detach().cpu().clone()  # own storage: safetensors refuses shared tensors
             return {_TENSOR: key}
         if isinstance(x, dict):
             return {"__dict__": [[walk(k), walk(v)] for k, v in x.items()]}
