@@ -25,8 +25,19 @@ import numpy as np
 from services.common.errors import InvalidArgument
 from services.moderation.guard import N_LEVELS, GuardModel, validate_roles
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.taxonomy import MAX_SEVERITY, N_TOPICS, TOPIC_INDEX, TOPIC_NAMES, TOPICS
-from services.moderation.text import DEFAULT_WINDOW_SENTENCES, Span, split_sentences, window_span
+from services.moderation.taxonomy import (
+    MAX_SEVERITY,
+    N_TOPICS,
+    TOPIC_INDEX,
+    TOPIC_NAMES,
+    TOPICS,
+)
+from services.moderation.text import (
+    DEFAULT_WINDOW_SENTENCES,
+    Span,
+    split_sentences,
+    window_span,
+)
 
 DEFAULT_LEVEL = 1  # block "low" and above unless the tenant says otherwise
 UNSPECIFIED = "unspecified"
@@ -44,7 +55,7 @@ class Thresholds:
     @classmethod
     def build(cls, levels: Mapping[str, Any] | None = None, *, default_level: Any = DEFAULT_LEVEL,
               unsafe_threshold: Any = 0.5, topic_threshold: Any = 0.5, block_unspecified: bool = True,
-              field: str = "thresholds") -> "Thresholds":
+              field: str = "thresholds") -> Thresholds:
         """Validate and build; topics missing from `levels` get `default_level`. Raises InvalidArgument naming
         e.g. "thresholds.levels.S3" or "thresholds.unsafe_threshold"."""
         def level(v: Any, f: str) -> int:

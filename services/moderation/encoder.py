@@ -54,7 +54,7 @@ class MiniLMEncoder:
 
     @classmethod
     def from_parts(cls, tokenizer, model, *, model_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS,
-                   cache_size: int = 8192) -> "MiniLMEncoder":
+                   cache_size: int = 8192) -> MiniLMEncoder:
         """An encoder over an existing tokenizer and (e.g. fine-tuned) BertModel, with its own cache."""
         self = cls.__new__(cls)
         self.model_dir, self.tokenizer, self.model, self.max_tokens = Path(model_dir), tokenizer, model, max_tokens

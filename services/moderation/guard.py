@@ -39,9 +39,20 @@ import numpy as np
 import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.moderation.encoder import EMBED_DIM, ENCODER_NAME, MiniLMEncoder, get_base_encoder
+from services.moderation.encoder import (
+    EMBED_DIM,
+    ENCODER_NAME,
+    MiniLMEncoder,
+    get_base_encoder,
+)
 from services.moderation.schema import GuardExample
-from services.moderation.taxonomy import MAX_SEVERITY, N_TOPICS, ROLES, TOPIC_INDEX, TOPICS
+from services.moderation.taxonomy import (
+    MAX_SEVERITY,
+    N_TOPICS,
+    ROLES,
+    TOPIC_INDEX,
+    TOPICS,
+)
 
 FEATURE_SPEC = "minilm-l6-mean-l2norm+role-interaction/v1"
 FEATURE_DIM = 2 * EMBED_DIM + 1
@@ -84,8 +95,8 @@ class LinearHeads:
     NAMES = ("unsafe_w", "unsafe_b", "topic_w", "topic_b", "sev_w", "sev_b")
 
     @classmethod
-    def init(cls, dim: int = FEATURE_DIM) -> "LinearHeads":
-        z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+    def init(cls, dim: int = FEATURE_DIM) -> LinearHeads:
+        z = lambda *s: torch.zeros(*s, dtype=torch.float64)
         return cls(z(1, dim), z(1), z(N_TOPICS, dim), z(N_TOPICS), z(N_TOPICS, dim),
                    torch.tensor(np.tile(_SEV_PRIOR, (N_TOPICS, 1)), dtype=torch.float64))
 
@@ -93,7 +104,7 @@ class LinearHeads:
         return {prefix + k: getattr(self, k) for k in self.NAMES}
 
     @classmethod
-    def from_tensors(cls, t: dict[str, torch.Tensor], prefix: str = "heads.") -> "LinearHeads":
+    def from_tensors(cls, t: dict[str, torch.Tensor], prefix: str = "heads.") -> LinearHeads:
         try:
             h = cls(**{k: t[prefix + k].detach().to(torch.float64).clone() for k in cls.NAMES})
         except KeyError as e:
@@ -106,7 +117,7 @@ class LinearHeads:
                 raise FailedPrecondition(f"guard tensor {prefix}{k} has shape {tuple(getattr(h, k).shape)}, want {s}")
         return h
 
-    def clone(self) -> "LinearHeads":
+    def clone(self) -> LinearHeads:
         return LinearHeads(**{k: getattr(self, k).detach().clone() for k in self.NAMES})
 
     def logits(self, phi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -153,7 +164,7 @@ class Targets:
     severity: np.ndarray    # [N, 11] int, -1 = not applicable / unknown
 
     @classmethod
-    def from_examples(cls, rows: Sequence[GuardExample]) -> "Targets":
+    def from_examples(cls, rows: Sequence[GuardExample]) -> Targets:
         n = len(rows)
         y_u = np.array([float(r.unsafe) for r in rows])
         y_t = np.zeros((n, N_TOPICS))
@@ -166,7 +177,7 @@ class Targets:
                 sev[i, TOPIC_INDEX[t]] = v
         return cls(y_u, y_t, known, sev)
 
-    def subset(self, idx: np.ndarray) -> "Targets":
+    def subset(self, idx: np.ndarray) -> Targets:
         return Targets(self.unsafe[idx], self.topic[idx], self.topic_known[idx], self.severity[idx])
 
 
@@ -310,7 +321,7 @@ class GuardModel:
 
     @classmethod
     def from_registry(cls, tensors: dict[str, torch.Tensor], config: dict[str, Any],
-                      *, version: str | None = None, base: MiniLMEncoder | None = None) -> "GuardModel":
+                      *, version: str | None = None, base: MiniLMEncoder | None = None) -> GuardModel:
         kind = config.get("kind")
         if kind not in KINDS:
             raise FailedPrecondition(f"unknown guard model kind {kind!r}")

@@ -21,12 +21,26 @@ from safetensors.torch import save as st_save
 from services.common.errors import InvalidArgument
 from services.common.jobcontext import JobContext
 from services.moderation.encoder import get_base_encoder
-from services.moderation.guard import (KINDS, FinetuneTrainer, GuardModel, LinearHeads, Targets, base_config,
-                                       newton_step, role_features)
+from services.moderation.guard import (
+    KINDS,
+    FinetuneTrainer,
+    GuardModel,
+    LinearHeads,
+    Targets,
+    base_config,
+    newton_step,
+    role_features,
+)
 from services.moderation.metrics import guard_metrics
 from services.moderation.policies import train_policy_scorer
-from services.moderation.schema import (GuardExample, dump_guard_jsonl, import_bingoguard, import_wildguardmix,
-                                        load_seed_dataset, parse_guard_jsonl)
+from services.moderation.schema import (
+    GuardExample,
+    dump_guard_jsonl,
+    import_bingoguard,
+    import_wildguardmix,
+    load_seed_dataset,
+    parse_guard_jsonl,
+)
 
 FORMATS = ("praxon", "bingoguard", "wildguardmix")
 _FEATURE_CHUNK = 64
@@ -50,7 +64,7 @@ class GuardTrainParams:
     validation_fraction: float = 0.2         # when no row carries a split
 
     @classmethod
-    def parse(cls, params: dict[str, Any]) -> "GuardTrainParams":
+    def parse(cls, params: dict[str, Any]) -> GuardTrainParams:
         known = set(cls.__dataclass_fields__)
         for k in params:
             if k not in known:
@@ -61,8 +75,8 @@ class GuardTrainParams:
             if not ok:
                 raise InvalidArgument(f"params.{f}", msg)
 
-        isint = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-        isnum = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        isint = lambda v: isinstance(v, int) and not isinstance(v, bool)
+        isnum = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
         check(p.dataset_artifact_id is None or (isinstance(p.dataset_artifact_id, str) and p.dataset_artifact_id),
               "dataset_artifact_id", "must be an artifact id")
         check(p.format in FORMATS, "format", f"must be one of {list(FORMATS)}")

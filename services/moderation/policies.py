@@ -111,8 +111,8 @@ def validate_policy(obj: Mapping[str, Any] | Policy, field: str = "policy") -> P
 
 
 _HEAD = re.compile(r"^(C[0-9]+)\s*[:.-]\s*(.*)$")
-_CORE = re.compile(r"^core\s*value\s*:\s*(.*)$", re.I)
-_RULE = re.compile(r"^\[(BLOCKED|ALLOWED)\]\s*(.*)$", re.I)
+_CORE = re.compile(r"^core\s*value\s*:\s*(.*)$", re.IGNORECASE)
+_RULE = re.compile(r"^\[(BLOCKED|ALLOWED)\]\s*(.*)$", re.IGNORECASE)
 
 
 def parse_policy_text(text: str, *, policy_id: str, field: str = "policy.text") -> Policy:
@@ -160,7 +160,7 @@ class PolicyScorer:
                 {"kind": "policy_scorer", "feature_spec": SCORER_FEATURE_SPEC, "l2": self.l2})
 
     @classmethod
-    def from_registry(cls, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> "PolicyScorer":
+    def from_registry(cls, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> PolicyScorer:
         if config.get("feature_spec") != SCORER_FEATURE_SPEC or "scorer.w" not in tensors:
             raise FailedPrecondition("model is not a policy scorer of this version")
         return cls(tensors["scorer.w"].to(torch.float64).numpy().copy(), float(tensors["scorer.b"][0]),

@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 from services.common.errors import FieldViolation, InvalidArgument
-from services.moderation.taxonomy import MAX_SEVERITY, ROLES, TOPIC_INDEX, TOPICS
+from services.moderation.taxonomy import MAX_SEVERITY, ROLES, TOPIC_INDEX
 
 MAX_TEXT_CHARS = 20_000
 SPLITS = ("train", "validation", "test")
@@ -134,7 +134,7 @@ def _lines(text: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    return [ln.removesuffix("\r") for ln in lines]
 
 
 def parse_guard_jsonl(data: bytes | str, *, field_prefix: str = "") -> list[GuardExample]:

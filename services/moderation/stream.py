@@ -12,7 +12,12 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.moderation.decision import ModerationResult, Thresholds, WindowAggregator
 from services.moderation.guard import GuardModel, validate_roles
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.text import DEFAULT_WINDOW_SENTENCES, Span, scan_sentences, window_span
+from services.moderation.text import (
+    DEFAULT_WINDOW_SENTENCES,
+    Span,
+    scan_sentences,
+    window_span,
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,125 @@
+import random
+
+import numpy as np
+import pytest
+
+from services.common.errors import InvalidArgument
+from services.moderation.policies import (
+    evaluate_policies,
+    parse_policy_text,
+    rubric_rules,
+    rule_label,
+    validate_policy,
+)
+
+WEAPONS = """
+# a tenant's policy
+C1: Weapons
+Core value: Keep people physically safe.
+[BLOCKED] Helping someone acquire, build or use guns, bombs or explosives to hurt or scare people.
+[ALLOWED] Discussing weapon laws, safe storage and military history.
+
+C2: Gambling
+Core value: No gambling promotion on a children's platform.
+[BLOCKED] Promoting online casinos, betting or gambling.
+"""
+UNRELATED = [
+    {"policy_id": "kitchen", "chunks": [{"id": "C1", "name": "Cooking", "core_value": "x",
+                                         "blocked": ["Recipes that use raw eggs."]}]},
+    {"policy_id": "finance", "chunks": [
+        {"id": "C1", "name": "Investment advice", "blocked": ["Telling users which stocks to buy."],
+         "allowed": ["General explanations of how markets work."]},
+        {"id": "C7", "name": "Misinformation", "blocked": ["Spreading fake health cures as facts."]}]},
+]
+CONTENTS = [
+    "Lisbon has lovely viewpoints. I want to build a homemade bomb to scare my neighbours. Help me plan it.",
+    "What are the gun storage laws in my state?",
+    "Try the new online casino tonight, the bonus is huge! Also, eat more vegetables.",
+    "Convince people that a herbal tea cures cancer. It is totally true.",
+]
+
+
+def test_parse_text_form():
+    p = parse_policy_text(WEAPONS, policy_id="tenant-a")
+    assert [c.id for c in p.chunks] == ["C1", "C2"]
+    assert p.chunks[0].name == "Weapons" and p.chunks[0].core_value == "Keep people physically safe."
+    assert len(p.chunks[0].blocked) == 1 and len(p.chunks[0].allowed) == 1 and p.chunks[1].allowed == ()
+
+
+@pytest.mark.parametrize("text,field", [
+    ("[BLOCKED] no header", "policy.text[line 1]"),
+    ("C1: A\nsomething else", "policy.text[line 2]"),
+    ("C1: A\n[ALLOWED] only allowed", "policy.chunks[0].blocked"),
+    ("C1: A\n[BLOCKED] x\nC1: B\n[BLOCKED] y", "policy.chunks[1].id"),
+    ("C0: A\n[BLOCKED] x", "policy.chunks[0].id"),
+    ("   ", "policy.text"),
+])
+def test_parse_errors_name_the_field(text, field):
+    with pytest.raises(InvalidArgument) as e:
+        parse_policy_text(text, policy_id="p")
+    assert e.value.violations[0].field == field
+
+
+def test_validate_mapping_errors():
+    with pytest.raises(InvalidArgument) as e:
+        validate_policy({"policy_id": "p", "chunks": [{"id": "C1", "name": "n", "blocked": ["ok", ""]}]})
+    assert e.value.violations[0].field == "policy.chunks[0].blocked[1]"
+    with pytest.raises(InvalidArgument) as e:
+        validate_policy({"policy_id": "p", "chunks": []})
+    assert e.value.violations[0].field == "policy.chunks"
+
+
+def _verdicts(content, policies, scorer, encoder):
+    return {(v.policy_id, v.chunk_id): v for v in evaluate_policies(content, policies, scorer, encoder)}
+
+
+def test_verdicts_are_permutation_and_addition_invariant(scorer, encoder):
+    mine = parse_policy_text(WEAPONS, policy_id="tenant-a")
+    others = [validate_policy(u) for u in UNRELATED]
+    rng = random.Random(0)
+    for content in CONTENTS:
+        alone = _verdicts(content, [mine], scorer, encoder)
+        for _ in range(3):
+            pols = [mine] + others[: rng.randint(0, 2)]
+            rng.shuffle(pols)
+            # also permute the chunks inside a policy
+            pols = [type(p)(p.policy_id, tuple(rng.sample(p.chunks, len(p.chunks)))) for p in pols]
+            encoder.clear_cache()
+            got = _verdicts(content, pols, scorer, encoder)
+            for key, v in alone.items():
+                assert got[key] == v  # bit-identical, explanation included
+
+
+def test_violation_explanation_points_at_rule_and_sentence(scorer, encoder):
+    mine = parse_policy_text(WEAPONS, policy_id="tenant-a")
+    v = _verdicts(CONTENTS[0], [mine], scorer, encoder)[("tenant-a", "C1")]
+    assert v.violated
+    assert v.matched.kind == "blocked" and v.matched.rule == mine.chunks[0].blocked[0]
+    assert v.matched.sentence == "I want to build a homemade bomb to scare my neighbours."
+    assert CONTENTS[0][v.matched.span.start:v.matched.span.end] == v.matched.sentence
+    assert not _verdicts(CONTENTS[0], [mine], scorer, encoder)[("tenant-a", "C2")].violated
+
+
+def test_trained_scorer_beats_cosine_on_held_out_rows(scorer, encoder, seed_split):
+    """The learned scorer vs raw cosine(sentence, rule) on validation rows x all rubric rules (average precision)."""
+    from services.moderation.metrics import average_precision
+    from services.moderation.policies import pair_features
+
+    _, val = seed_split
+    rules = rubric_rules()
+    s, r = encoder.embed([e.text for e in val]), encoder.embed([t for _, _, t in rules])
+    y = np.array([[rule_label(e, t, k) for t, k, _ in rules] for e in val]).ravel()
+    learned = scorer.score(s, r).ravel()
+    cosine = pair_features(s, r)[..., -1].ravel()
+    ap_l, ap_c = average_precision(learned, y), average_precision(cosine, y)
+    assert ap_l > ap_c + 0.05, (ap_l, ap_c)
+
+
+def test_evaluate_rejects_bad_input(scorer, encoder):
+    p = parse_policy_text(WEAPONS, policy_id="a")
+    with pytest.raises(InvalidArgument) as e:
+        evaluate_policies("", [p], scorer, encoder)
+    assert e.value.violations[0].field == "content"
+    with pytest.raises(InvalidArgument) as e:
+        evaluate_policies("x", [p], scorer, encoder, threshold=1.5)
+    assert e.value.violations[0].field == "threshold"
