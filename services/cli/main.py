@@ -126,6 +126,10 @@ def cmd_selftest(args) -> None:
         raise SystemExit(1)
 
 
+# Each service adds its commands from its own module: add_commands(subparsers, client_opts).
+SERVICE_CLIS: list[str] = []
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="praxon", description=__doc__)
     p.add_argument("--log-level", default=os.environ.get("PRAXON_LOG_LEVEL", "WARNING"))
@@ -197,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--steps", type=int, default=10)
     sp.add_argument("--step-seconds", type=float, default=0.2)
     sp.set_defaults(func=cmd_selftest)
+
+    import importlib  # noqa: PLC0415
+
+    for module in SERVICE_CLIS:
+        importlib.import_module(module).add_commands(sub, client_opts)
     return p
 
 
