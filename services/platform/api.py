@@ -22,7 +22,19 @@ from services.common.store import sha256_hex
 from services.platform.events import JobEventHub
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+CONTENT_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+                             r"(\s*;\s*[A-Za-z0-9_.-]+=[A-Za-z0-9_.-]+)*$")
 MAX_UPLOAD_BYTES = 1 << 30
+
+
+def check_artifact_fields(name: str, content_type: str) -> tuple[str, str]:
+    if not name:
+        raise InvalidArgument("name", "required")
+    if len(name) > 512 or not name.isprintable():
+        raise InvalidArgument("name", "at most 512 printable characters")
+    if content_type and not CONTENT_TYPE_RE.match(content_type):
+        raise InvalidArgument("content_type", "a MIME type such as text/csv or application/octet-stream")
+    return name, content_type or "application/octet-stream"
 
 
 def _offset_token(token: str) -> int:
@@ -197,8 +209,9 @@ class ArtifactServicer(artifacts_pb2_grpc.ArtifactServiceServicer):
             if total > MAX_UPLOAD_BYTES:
                 raise InvalidArgument("chunk", f"upload exceeds {MAX_UPLOAD_BYTES} bytes; use CreateUpload")
             chunks.append(message.chunk)
-        if first is None or not first.name:
+        if first is None:
             raise InvalidArgument("name", "required in the first message")
+        name, content_type = check_artifact_fields(first.name, first.content_type)
         if first.sha256 and not SHA256_RE.match(first.sha256):
             raise InvalidArgument("sha256", "64 lowercase hex characters")
         data = b"".join(chunks)
@@ -207,13 +220,11 @@ class ArtifactServicer(artifacts_pb2_grpc.ArtifactServiceServicer):
 
         def work():
             with self.app.pool.connection() as conn:
-                return self.app.registry.put_artifact(conn, tenant, first.name, data,
-                                                      first.content_type or "application/octet-stream")
+                return self.app.registry.put_artifact(conn, tenant, name, data, content_type)
         return artifacts_pb2.UploadArtifactResponse(artifact=convert.artifact(await self.app.db(work)))
 
     async def CreateUpload(self, request, context):
-        if not request.name:
-            raise InvalidArgument("name", "required")
+        name, content_type = check_artifact_fields(request.name, request.content_type)
         if not SHA256_RE.match(request.sha256):
             raise InvalidArgument("sha256", "64 lowercase hex characters")
         tenant, upload_id = current_tenant(), str(uuid.uuid4())
@@ -224,8 +235,7 @@ class ArtifactServicer(artifacts_pb2_grpc.ArtifactServiceServicer):
             with self.app.pool.connection() as conn:
                 conn.execute("INSERT INTO uploads (id, tenant_id, name, content_type, sha256, object_key, expires_at) "
                              "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
-                             (upload_id, tenant, request.name, request.content_type or "application/octet-stream",
-                              request.sha256, key, seconds))
+                             (upload_id, tenant, name, content_type, request.sha256, key, seconds))
             return self.app.store.presigned_put(key)
         url = await self.app.db(work)
         return artifacts_pb2.CreateUploadResponse(upload_id=upload_id, url=url, expires_in_seconds=seconds)
