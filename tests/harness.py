@@ -3,6 +3,7 @@ platform on loopback (in a thread with its own event loop), and `praxon worker` 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -82,7 +83,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "PRAXON_S3__SECRET_KEY": settings.s3.secret_key.get_secret_value(),
         "PRAXON_JOBS__LEASE_SECONDS": str(j.lease_seconds), "PRAXON_JOBS__HEARTBEAT_SECONDS": str(j.heartbeat_seconds),
         "PRAXON_JOBS__REAPER_INTERVAL_SECONDS": str(j.reaper_interval_seconds),
-        "PRAXON_JOBS__EXTRA_MODULES": '["tests.job_kinds"]', "PRAXON_METRICS_PORT": "0",
+        "PRAXON_JOBS__EXTRA_MODULES": json.dumps(j.extra_modules), "PRAXON_METRICS_PORT": "0",
     }
 
 

@@ -1,0 +1,96 @@
+"""gRPC overhead: a trivial unary RPC through every praxon interceptor (request id, metrics, errors, auth with a
+real token, limits) vs the same handler on a bare grpc.aio server. Prints p50/p99 latency and calls/s.
+
+    .venv/bin/python benchmarks/platform/grpc_overhead.py [--calls 2000] [--concurrency 16]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests import harness  # noqa: E402
+
+PING = "/bench.Echo/Ping"
+
+
+def echo_registrar(server, app):  # noqa: ARG001
+    handler = grpc.unary_unary_rpc_method_handler(_echo, request_deserializer=None, response_serializer=None)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {"Ping": handler}),))
+    return []
+
+
+async def _echo(request: bytes, context) -> bytes:  # noqa: ARG001
+    return request
+
+
+async def measure(address: str, metadata, calls: int, concurrency: int) -> dict:
+    async with grpc.aio.insecure_channel(address) as ch:
+        ping = ch.unary_unary(PING)
+        for _ in range(50):  # warm up (and fill the token cache)
+            await ping(b"x", metadata=metadata)
+        lat = []
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            s = time.perf_counter()
+            await ping(b"x" * 64, metadata=metadata)
+            lat.append(time.perf_counter() - s)
+        serial = time.perf_counter() - t0
+
+        async def worker(n):
+            for _ in range(n):
+                await ping(b"x" * 64, metadata=metadata)
+        t0 = time.perf_counter()
+        await asyncio.gather(*[worker(calls // concurrency) for _ in range(concurrency)])
+        conc = time.perf_counter() - t0
+    lat.sort()
+    return {"p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[int(0.99 * len(lat)) - 1],
+            "serial_rps": calls / serial, "concurrent_rps": (calls // concurrency) * concurrency / conc}
+
+
+async def main_async(args) -> None:
+    from services.common.server import build_app_context, create_server, shutdown
+
+    db_url = harness.create_database()
+    from services.common import db
+    from services.common.settings import Settings
+    db.migrate(Settings(database_url=db_url))
+    settings = harness.make_settings(db_url, "127.0.0.1:1", f"{harness.REDIS_URL}/0", "unused")
+    try:
+        _, token = harness.token_for(settings, "bench")
+        app = build_app_context(settings)
+        praxon_server, praxon_port = await create_server(app, [echo_registrar], port=0)
+        bare = grpc.aio.server()
+        echo_registrar(bare, None)
+        bare_port = bare.add_insecure_port("127.0.0.1:0")
+        await bare.start()
+        rows = {}
+        for name, port, md in [("bare grpc.aio", bare_port, None),
+                               ("praxon (all interceptors)", praxon_port, harness.auth(token))]:
+            rows[name] = await measure(f"127.0.0.1:{port}", md, args.calls, args.concurrency)
+        await shutdown(praxon_server, 0)
+        await bare.stop(0)
+        app.pool.close()
+    finally:
+        harness.drop_database(db_url)
+    base = rows["bare grpc.aio"]
+    print(f"\ntrivial unary RPC, {args.calls} calls; concurrency {args.concurrency} for throughput")
+    print(f"{'server':28} {'p50 ms':>8} {'p99 ms':>8} {'calls/s (1)':>12} {'calls/s (c)':>12}")
+    for name, r in rows.items():
+        print(f"{name:28} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['serial_rps']:12.0f} {r['concurrent_rps']:12.0f}")
+    p = rows["praxon (all interceptors)"]
+    print(f"ratio praxon/bare: p50 x{p['p50_ms'] / base['p50_ms']:.2f}, p99 x{p['p99_ms'] / base['p99_ms']:.2f}, "
+          f"throughput x{p['concurrent_rps'] / base['concurrent_rps']:.2f}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    asyncio.run(main_async(ap.parse_args()))
