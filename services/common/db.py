@@ -99,3 +99,11 @@ def tenant_for_token(conn: psycopg.Connection, token: str) -> str | None:
     row = conn.execute("SELECT tenant_id FROM api_tokens WHERE token_sha256 = %s AND revoked_at IS NULL",
                        (hash_token(token),)).fetchone()
     return None if row is None else str(row["tenant_id"])
+
+
+def token_identity(conn: psycopg.Connection, token: str) -> dict | None:
+    """{"tenant_id", "token_id", "token_name"} of a live token, or None."""
+    row = conn.execute("SELECT tenant_id, id, name FROM api_tokens WHERE token_sha256 = %s AND revoked_at IS NULL",
+                       (hash_token(token),)).fetchone()
+    return None if row is None else {"tenant_id": str(row["tenant_id"]), "token_id": str(row["id"]),
+                                     "token_name": row["name"]}

@@ -16,6 +16,11 @@ QUEUES = ("default", "training", "distillation", "calibration", "unlearning", "a
 
 JOB_KINDS: dict[str, JobKind] = {
     "platform.selftest": JobKind("default", "services.platform.jobs:run_selftest"),
+    "unlearning.train": JobKind("training", "services.unlearning.jobs:run_training"),
+    "unlearning.unlearn": JobKind("unlearning", "services.unlearning.jobs:run_unlearning"),
+    "unlearning.audit": JobKind("audit", "services.unlearning.jobs:run_audit"),
+    "moderation.train_guard": JobKind("training", "services.moderation.jobs:run_guard_training"),
+    "moderation.train_policy_scorer": JobKind("training", "services.moderation.jobs:run_policy_scorer_training"),
 }
 
 

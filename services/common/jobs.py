@@ -9,7 +9,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from celery import Celery
 from psycopg import Connection
@@ -70,8 +70,11 @@ class JobStore:
     celery: Celery
 
     # ---- producers (services) ----
-    def submit(self, tenant_id: str, kind: str, params: dict[str, Any], idempotency_key: str = "") -> dict:
-        """Insert the job (QUEUED) and commit, then enqueue. The same idempotency key returns the same job."""
+    def submit(self, tenant_id: str, kind: str, params: dict[str, Any], idempotency_key: str = "",
+               in_transaction: Callable[[Connection, dict], None] | None = None) -> dict:
+        """Insert the job (QUEUED) and commit, then enqueue. The same idempotency key returns the same job.
+        `in_transaction(conn, job_row)` runs inside the inserting transaction (only for a new job), so rows a
+        service keeps about the request (e.g. an audit record) exist if and only if the job does."""
         if kind not in JOB_KINDS:
             raise InvalidArgument("kind", f"unknown job kind {kind!r}")
         if len(idempotency_key) > 200:
@@ -90,6 +93,8 @@ class JobStore:
                     raise InvalidArgument("idempotency_key", "already used for a job of another kind")
                 return existing
             add_event(conn, row["id"], "QUEUED", 0.0, "queued")
+            if in_transaction is not None:
+                in_transaction(conn, row)
         self.enqueue(row["id"], queue)
         return row
 

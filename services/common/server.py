@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 DOMAIN = "praxon.dev"
 _tenant: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_tenant")
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_request_id", default="")
+_token: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("praxon_token", default=("", ""))
 
 # Calls that need no token: health checks and reflection (so external tools can discover the API).
 PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -46,6 +47,11 @@ def current_tenant() -> str:
 
 def current_request_id() -> str:
     return _request_id.get()
+
+
+def current_token() -> tuple[str, str]:
+    """(token id, token name) the caller authenticated with (set by the auth interceptor; empty outside a call)."""
+    return _token.get()
 
 
 @dataclass
@@ -180,7 +186,7 @@ class ErrorInterceptor(_Around):
         if not isinstance(exc, PraxonError):
             log.error("unhandled error in %s (request id %s):\n%s", method, rid, traceback.format_exc())
         status = to_status(exc, rid)
-        await context.abort(status.code, status.details, status.trailing_metadata)
+        await context.abort(status.code, status.details, (*status.trailing_metadata, ("x-request-id", rid)))
 
     async def unary(self, method, call, request, context):
         try:
@@ -205,7 +211,7 @@ class AuthInterceptor(_Around):
 
     def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0):
         self.pool, self.cache_seconds = pool, cache_seconds
-        self._cache: dict[str, tuple[str, float]] = {}
+        self._cache: dict[str, tuple[str, float, tuple[str, str]]] = {}
 
     def applies(self, method: str) -> bool:
         return not method.startswith(PUBLIC_PREFIXES)
@@ -219,18 +225,21 @@ class AuthInterceptor(_Around):
         hit = self._cache.get(token)
         if hit and hit[1] > time.monotonic():
             _tenant.set(hit[0])
+            _token.set(hit[2])
             return
 
-        def lookup() -> str | None:
+        def lookup() -> dict | None:
             with self.pool.connection() as conn:
-                return db.tenant_for_token(conn, token)
-        tenant = await asyncio.to_thread(lookup)
-        if tenant is None:
+                return db.token_identity(conn, token)
+        found = await asyncio.to_thread(lookup)
+        if found is None:
             raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
+        tenant, ident = found["tenant_id"], (found["token_id"], found["token_name"])
         if len(self._cache) > 10_000:
             self._cache.clear()
-        self._cache[token] = (tenant, time.monotonic() + self.cache_seconds)
+        self._cache[token] = (tenant, time.monotonic() + self.cache_seconds, ident)
         _tenant.set(tenant)
+        _token.set(ident)
 
     async def unary(self, method, call, request, context):
         await self._authenticate(context)
@@ -291,12 +300,14 @@ class _Metrics:
                               ["method", "code"], registry=registry)
 
 
-_METRICS: dict[int, _Metrics] = {}
+_METRICS: dict[CollectorRegistry, _Metrics] = {}  # one set of collectors per registry
 
 
 class MetricsInterceptor(_Around):
     def __init__(self, registry: CollectorRegistry = REGISTRY):
-        self.m = _METRICS.setdefault(id(registry), _Metrics(registry))
+        if registry not in _METRICS:
+            _METRICS[registry] = _Metrics(registry)
+        self.m = _METRICS[registry]
 
     def _done(self, method: str, start: float, context) -> None:
         code = context.code()

@@ -1,0 +1,121 @@
+"""The server's interceptors on a real loopback server: error mapping, request ids, metrics, deadlines,
+graceful shutdown."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from services.common.errors import InvalidArgument, Unavailable
+from services.common.server import create_server, shutdown
+from tests.harness import PlatformServer, auth, rpc_error_details
+
+
+async def _bug(request, context):  # noqa: ARG001
+    raise RuntimeError("secret internal detail")
+
+
+async def _bad(request, context):  # noqa: ARG001
+    raise InvalidArgument("widget.size", "must be positive")
+
+
+async def _busy(request, context):  # noqa: ARG001
+    raise Unavailable("model is loading", retry_after_s=2.5)
+
+
+async def _slow(request, context):  # noqa: ARG001
+    await asyncio.sleep(float(request.decode() or "0"))
+    return b"done"
+
+
+def test_registrar(server, app):  # noqa: ARG001 - not a test: the handlers under test
+    handlers = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in
+                [("Bug", _bug), ("Bad", _bad), ("Busy", _busy), ("Slow", _slow)]}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Probe", handlers),))
+    return []
+
+
+test_registrar.__test__ = False
+
+
+@pytest.fixture(scope="module")
+def probe(platform, settings):
+    registry = CollectorRegistry()
+    s = settings.model_copy(deep=True)
+    s.grpc.default_deadline_seconds = 1.0
+    from services.common.server import AppContext
+    app = AppContext(s, platform.app.pool, platform.app.store, platform.app.jobs, platform.app.registry)
+    server, port = platform.run(create_server(app, [test_registrar], port=0, metrics_registry=registry))
+    yield grpc.insecure_channel(f"127.0.0.1:{port}"), registry, server
+    platform.run(shutdown(server, 0))
+
+
+def call(channel, name, body=b"", **kw):
+    return channel.unary_unary(f"/test.Probe/{name}")(body, **kw)
+
+
+def test_unknown_exception_is_internal_with_request_id_and_no_detail(probe, tenants):
+    channel, _, _ = probe
+    with pytest.raises(grpc.RpcError) as err:
+        call(channel, "Bug", metadata=[*auth(tenants["a"][1]), ("x-request-id", "req-123")])
+    code, info, _, _ = rpc_error_details(err.value)
+    assert code == grpc.StatusCode.INTERNAL
+    assert "secret internal detail" not in err.value.details() and "req-123" in err.value.details()
+    assert info.metadata["request_id"] == "req-123"
+    assert ("x-request-id", "req-123") in err.value.trailing_metadata()
+
+
+def test_project_errors_carry_details(probe, tenants):
+    channel, _, _ = probe
+    with pytest.raises(grpc.RpcError) as err:
+        call(channel, "Bad", metadata=auth(tenants["a"][1]))
+    code, info, bad, _ = rpc_error_details(err.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "INVALID_ARGUMENT"
+    assert [(v.field, v.description) for v in bad.field_violations] == [("widget.size", "must be positive")]
+    with pytest.raises(grpc.RpcError) as err:
+        call(channel, "Busy", metadata=auth(tenants["a"][1]))
+    code, _, _, retry = rpc_error_details(err.value)
+    assert code == grpc.StatusCode.UNAVAILABLE and retry.retry_delay.ToMilliseconds() == 2500
+
+
+def test_server_default_deadline_and_client_deadline(probe, tenants):
+    channel, _, _ = probe
+    with pytest.raises(grpc.RpcError) as err:  # no client deadline: the server's 1 s applies
+        call(channel, "Slow", b"3", metadata=auth(tenants["a"][1]))
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert call(channel, "Slow", b"1.5", metadata=auth(tenants["a"][1]), timeout=5) == b"done"  # client's wins
+
+
+def test_metrics_count_latency_and_errors_by_code(probe, tenants):
+    channel, registry, _ = probe
+    call(channel, "Slow", b"0", metadata=auth(tenants["a"][1]))
+    with pytest.raises(grpc.RpcError):
+        call(channel, "Bad", metadata=auth(tenants["a"][1]))
+    value = registry.get_sample_value
+    assert value("praxon_grpc_server_handling_seconds_count", {"method": "/test.Probe/Slow", "code": "OK"}) >= 1
+    assert value("praxon_grpc_server_errors_total", {"method": "/test.Probe/Bad", "code": "INVALID_ARGUMENT"}) >= 1
+    assert value("praxon_grpc_server_in_flight", {"method": "/test.Probe/Slow"}) == 0
+
+
+def test_graceful_shutdown_finishes_in_flight_calls(settings, tenants):
+    server = PlatformServer(settings, ["platform"])
+    extra, port = server.run(create_server(server.app, [test_registrar], port=0,
+                                           metrics_registry=CollectorRegistry()))
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    result = {}
+
+    def slow():
+        result["value"] = call(channel, "Slow", b"1.0", metadata=auth(tenants["a"][1]), timeout=10)
+    t = threading.Thread(target=slow)
+    t.start()
+    import time
+    time.sleep(0.4)
+    server.run(shutdown(extra, 5.0))  # stops accepting, lets the in-flight call finish
+    t.join(10)
+    assert result["value"] == b"done"
+    with pytest.raises(grpc.RpcError):
+        call(channel, "Slow", b"0", metadata=auth(tenants["a"][1]), timeout=2)
+    server.stop()
