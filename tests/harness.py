@@ -18,7 +18,7 @@ import grpc
 import psycopg
 
 from services.common import db
-from services.common.embedded import free_port, spawn, stop
+from services.common.embedded import spawn
 from services.common.settings import S3Settings, Settings
 
 ROOT = Path(__file__).resolve().parent.parent

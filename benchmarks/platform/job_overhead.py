@@ -51,7 +51,7 @@ def spine(args, tmp: Path) -> dict:
             for _ in range(args.latency_jobs):
                 job = store.submit(tenant, "bench.noop", {})
                 ids.append(job["id"])
-                harness.wait_for(lambda: harness.job_row(settings, job["id"])["state"] == "SUCCEEDED", 60,
+                harness.wait_for(lambda: harness.job_row(settings, job["id"])["state"] == "SUCCEEDED", 60,  # noqa: B023
                                  interval=0.002, what="job")
             # throughput: a burst
             t0 = time.perf_counter()

@@ -22,4 +22,20 @@ def selftest(target: Target) -> None:
         print(f"registry: {m.name} latest v{m.latest.version} ({m.latest.kind})")
 
 
-STEPS = [("job system: a self-test job through the public API", selftest)]
+def moderation(target: Target) -> None:
+    from services.moderation.cli import demo  # noqa: PLC0415
+
+    demo(target)
+
+
+def unlearning(target: Target) -> None:
+    from services.unlearning.cli import demo  # noqa: PLC0415
+
+    demo(target)
+
+
+STEPS = [("job system: a self-test job through the public API", selftest),
+         ("moderation: train the guard on the seed set, promote it, moderate texts with per-topic severities",
+          moderation),
+         ("unlearning: train a certified guard head, forget records, audit the certificate, show the lineage",
+          unlearning)]

@@ -127,7 +127,10 @@ def cmd_selftest(args) -> None:
 
 
 # Each service adds its commands from its own module: add_commands(subparsers, client_opts).
-SERVICE_CLIS: list[str] = []
+SERVICE_CLIS: list[str] = [
+    "services.moderation.cli",
+    "services.unlearning.cli",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,10 +17,14 @@ log = logging.getLogger(__name__)
 # service name -> "module:register" (register(server, app) -> full service names)
 SERVICES: dict[str, str] = {
     "platform": "services.platform.api:register",
+    "unlearning": "services.unlearning.api:register",
+    "moderation": "services.moderation.api:register",
 }
 
 # predictor name -> "module:build" (build(settings, tenant_id, model_ref) -> kserve.Model), served by kserve's ModelServer
-PREDICTORS: dict[str, str] = {}
+PREDICTORS: dict[str, str] = {
+    "moderation": "services.moderation.predictor:build",
+}
 
 
 def registrars(names: list[str]):

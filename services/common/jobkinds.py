@@ -21,6 +21,8 @@ JOB_KINDS: dict[str, JobKind] = {
     "unlearning.audit": JobKind("audit", "services.unlearning.jobs:run_audit"),
     "moderation.train_guard": JobKind("training", "services.moderation.jobs:run_guard_training"),
     "moderation.train_policy_scorer": JobKind("training", "services.moderation.jobs:run_policy_scorer_training"),
+    "moderation.calibrate": JobKind("calibration", "services.moderation.jobs:run_calibration"),
+    "moderation.distill": JobKind("distillation", "services.moderation.jobs:run_distillation"),
 }
 
 
