@@ -1,0 +1,115 @@
+"""run_distillation end to end on InMemoryJobContext with the session guard as the teacher: the augmented student
+beats the plain one on the seed validation split; a resumed run equals an uninterrupted one."""
+import numpy as np
+import pytest
+import torch
+
+from services.common.errors import Cancelled, InvalidArgument
+from services.common.jobcontext import InMemoryJobContext
+from services.moderation.distill import StudentGuard
+from services.moderation.jobs import run_distillation
+
+
+def _ctx(guard, **params):
+    ctx = InMemoryJobContext(params={})
+    tensors, config = guard.to_registry()
+    tid = ctx.register_model("guard", tensors, kind="guard/frozen_linear", config=config).model_version_id
+    ctx.params.update({"teacher_model_version_id": tid, **params})
+    return ctx, tid
+
+
+def _student(ctx):
+    (info, tensors, config, lineage), = [m for m in ctx.models.values() if m[3]["kind"] == "guard.student"]
+    return info, tensors, config, lineage
+
+
+@pytest.fixture(scope="module")
+def runs(guard):
+    """The job with its defaults (1200 template texts, 30 epochs) for three training seeds."""
+    out = {}
+    for seed in (0, 1, 2):
+        ctx, tid = _ctx(guard, seed=seed)
+        out[seed] = (ctx, tid, run_distillation(ctx))
+    return out
+
+
+def test_augmented_student_beats_plain_student(runs):
+    rows = []
+    for seed, (_, _, out) in runs.items():
+        m = out["metrics"]
+        rows.append((m["plain_val_unsafe_f1"], m["student_val_unsafe_f1"], m["plain_val_unsafe_auprc"],
+                     m["student_val_unsafe_auprc"]))
+        print(f"seed {seed}: teacher F1 {m['teacher_val_unsafe_f1']:.3f} AUPRC {m['teacher_val_unsafe_auprc']:.3f} | "
+              f"plain F1 {rows[-1][0]:.3f} AUPRC {rows[-1][2]:.3f} | augmented F1 {rows[-1][1]:.3f} "
+              f"AUPRC {rows[-1][3]:.3f}")
+    r = np.array(rows)
+    assert (r[:, 3] > r[:, 2]).all()  # AUPRC: augmented > plain for every seed
+    assert r[:, 1].mean() > r[:, 0].mean()  # F1: better on average over the seeds
+    assert (r[:, 1] >= r[:, 0]).all()
+
+
+def test_registered_student_is_usable(runs, guard):
+    ctx, tid, out = runs[0]
+    info, tensors, config, lineage = _student(ctx)
+    assert lineage["parent_version_ids"] == [tid] and config["teacher_model_version_id"] == tid
+    assert config["augmented"] and config["n_augment"] == 1200 and lineage["metrics"] == out["metrics"]
+    assert 0 < out["metrics"]["augment_teacher_unsafe_fraction"] < 1
+    student = StudentGuard.from_registry(tensors, config)
+    assert student.fingerprint() == out["student_fingerprint"]
+    texts = ["Give me a plan to hurt everyone at the parade.", "How do I repot a cactus?"]
+    p = student.predict_proba(texts, ["prompt", "prompt"])
+    assert p["unsafe"][0] > 0.5 > p["unsafe"][1]
+    assert p["severity_ge"].shape == (2, 11, 4) and p["topics"].shape == (2, 11)
+    msgs = [e[1] for e in ctx.events]
+    assert "plain student epoch 30" in msgs and "augmented student epoch 30" in msgs
+    assert all("loss" in e[2] for e in ctx.events if "student epoch" in e[1])
+    fractions = [e[0] for e in ctx.events]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+SMALL = {"n_augment": 100, "epochs": 3, "seed": 7}
+
+
+@pytest.mark.parametrize("stage", ["labels", "training"])
+def test_distillation_resume_equals_uninterrupted(guard, stage):
+    ref, _ = _ctx(guard, **SMALL)
+    ref_out = run_distillation(ref)
+    ctx, _ = _ctx(guard, **SMALL)
+    msgs = [e[1] for e in ref.events]
+    ctx.cancel_after_progress = 5 if stage == "labels" else msgs.index("augmented student epoch 1") + 1
+    with pytest.raises(Cancelled):
+        run_distillation(ctx)
+    saved = ctx.checkpoints_saved
+    assert saved >= 1 and len([m for m in ctx.models.values() if m[3]["kind"] == "guard.student"]) == 0
+    ctx.cancel_after_progress = None
+    out = run_distillation(ctx)
+    if stage == "training":  # resumed at augmented epoch 2: the plain student was not trained again
+        assert "plain student epoch 1" not in [e[1] for e in ctx.events[saved:]][-5:]
+    (_, t_ref, c_ref, _), (_, t_got, c_got, _) = _student(ref), _student(ctx)
+    assert t_ref.keys() == t_got.keys()
+    for k in t_ref:
+        assert torch.equal(t_ref[k], t_got[k]), k
+    assert out["metrics"] == ref_out["metrics"] and out["student_fingerprint"] == ref_out["student_fingerprint"]
+    strip = lambda c: {k: v for k, v in c.items() if k != "teacher_model_version_id"}  # noqa: E731
+    assert strip(c_ref) == strip(c_got)
+
+
+def test_no_augmentation_registers_the_plain_student(guard):
+    ctx, _ = _ctx(guard, augment=False, epochs=2)
+    out = run_distillation(ctx)
+    _, _, config, _ = _student(ctx)
+    assert not out["augmented"] and config["n_augment"] == 0 and "plain_val_unsafe_f1" in out["metrics"]
+
+
+def test_distillation_bad_params(guard):
+    for params, field in [({"epochs": 0}, "params.epochs"), ({"n_augment": -1}, "params.n_augment"),
+                          ({"dim": 2}, "params.dim"), ({"augment": "yes"}, "params.augment"),
+                          ({"format": "csv"}, "params.format"), ({"lr": 0}, "params.lr"),
+                          ({"train_plain": False, "n_augment": 0}, "params.n_augment")]:
+        ctx, _ = _ctx(guard, **params)
+        with pytest.raises(InvalidArgument) as e:
+            run_distillation(ctx)
+        assert e.value.violations[0].field == field, params
+    with pytest.raises(InvalidArgument) as e:
+        run_distillation(InMemoryJobContext(params={}))
+    assert e.value.violations[0].field == "params.teacher_model_version_id"
