@@ -11,6 +11,7 @@ Forget-set artifact: JSON, either a list of record ids or {"record_ids": [...]}.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -40,6 +41,23 @@ class Dataset:
         if self._index is None:
             self._index = {r: i for i, r in enumerate(self.record_ids)}
         return self._index
+
+    def without(self, record_ids: set[str] | list[str]) -> tuple[Dataset, list[str]]:
+        """This dataset minus the given records (tombstoned ones), and the ids actually dropped, in row order."""
+        gone = set(record_ids)
+        if not gone:
+            return self, []
+        keep = [i for i, r in enumerate(self.record_ids) if r not in gone]
+        if len(keep) == len(self.record_ids):
+            return self, []
+        dropped = [r for r in self.record_ids if r in gone]
+        idx = torch.tensor(keep, dtype=torch.long)
+        return Dataset(X=self.X[idx], y=self.y[idx], record_ids=[self.record_ids[i] for i in keep],
+                       metadata=dict(self.metadata)), dropped
+
+    def fingerprint(self) -> str:
+        """sha256 of the record ids in row order: which records a reader yielded."""
+        return hashlib.sha256("\n".join(self.record_ids).encode()).hexdigest()
 
     def split(self, forget_ids: list[str], *, field_name: str = "forget_record_ids",
               excluded: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

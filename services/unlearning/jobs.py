@@ -87,8 +87,61 @@ def _privacy(params: dict, config: dict | None = None) -> tuple[float, float]:
     return eps, delta
 
 
+def read_dataset(ctx: JobContext, artifact_id: str, field: str = "dataset_artifact_id") -> tuple[Dataset, list[str]]:
+    """THE dataset reader of the unlearning jobs (every job reads data through it): decodes the artifact and
+    drops every record a succeeded unlearning job tombstoned (ctx.forgotten_records), so deleted data never
+    comes back into training, unlearning or audits. Returns the dataset and the ids it dropped."""
+    ds = decode_dataset(ctx.read_artifact(artifact_id), field_name=field)
+    return ds.without(ctx.forgotten_records(artifact_id))
+
+
 def _load_dataset(ctx: JobContext, artifact_id: str, field: str) -> Dataset:
-    return decode_dataset(ctx.read_artifact(artifact_id), field_name=field)
+    return read_dataset(ctx, artifact_id, field)[0]
+
+
+def check_forget_request(method: str, config: dict, forget_ids: list[str], forgotten: set[str],
+                         dataset_ids: set[str] | dict | None = None) -> None:
+    """The checks of an unlearning request that need no descent: run by the service at request time (so bad
+    input is INVALID_ARGUMENT / FAILED_PRECONDITION on the call) and again by the job (authoritative).
+    `forgotten`: the dataset's tombstones; `dataset_ids`: the ids the dataset holds before dropping them
+    (None: not checked here)."""
+    if method not in METHODS:
+        raise InvalidArgument("method", f"one of {', '.join(METHODS)}")
+    kind = str(config.get("kind", ""))
+    convex = is_convex_kind(kind)
+    if method in CERTIFIED_METHODS and not convex:
+        raise FailedPrecondition(f"model kind {kind!r} is non-convex: use method noisy_finetune (uncertified); "
+                                 f"method {method} cannot certify it", reason="NOT_CERTIFIABLE",
+                                 metadata={"method": method, "kind": kind, "suggested_method": "noisy_finetune"})
+    excluded = set(config.get("excluded_record_ids") or [])
+    if method == "robust_certified":
+        robust_cfg = config.get("robust")
+        if not robust_cfg:
+            raise FailedPrecondition("this model was not trained robustly: method robust_certified cannot certify "
+                                     "it; use method certified_noisy_minimizer, or retrain with capacity > 0",
+                                     reason="NOT_ROBUST", metadata={"method": method,
+                                                                    "suggested_method": "certified_noisy_minimizer"})
+        if robust_cfg["removed"] + len(forget_ids) > robust_cfg["capacity"]:
+            raise FailedPrecondition(
+                f"robust deletion capacity exhausted ({robust_cfg['removed']} + {len(forget_ids)} > "
+                f"{robust_cfg['capacity']}): use certified_noisy_minimizer or retrain", reason="CAPACITY_EXHAUSTED",
+                metadata={"method": method, "suggested_method": "certified_noisy_minimizer"})
+    unknown = [r for r in forget_ids if dataset_ids is not None and r not in dataset_ids]
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
+        raise InvalidArgument("forget_record_ids", f"unknown record ids of the model's training dataset: {shown}",
+                              reason="UNKNOWN_RECORD_IDS")
+    already = [r for r in forget_ids if r in forgotten or r in excluded]
+    if already:
+        raise InvalidArgument("forget_record_ids", f"{len(already)} record ids were already forgotten from this "
+                              f"dataset (e.g. {already[0]})", reason="ALREADY_FORGOTTEN")
+    stale = set(forgotten) - excluded
+    if stale and not (convex and method in ("certified_noisy_minimizer", "retrain")):
+        raise FailedPrecondition(
+            f"this model version predates the deletion of {len(stale)} records from its dataset and method "
+            f"{method} cannot remove their influence: unlearn from the newest version of its lineage, or use "
+            "method certified_noisy_minimizer (or retrain)", reason="STALE_VERSION",
+            metadata={"method": method, "suggested_method": "certified_noisy_minimizer"})
 
 
 def _forget_ids(ctx: JobContext, params: dict) -> list[str]:
@@ -180,7 +233,9 @@ def run_training(ctx: JobContext) -> dict:
     if capacity < 0:
         raise InvalidArgument("capacity", "must be >= 0")
     ds_id = _str(p, "dataset_artifact_id")
-    ds = _load_dataset(ctx, ds_id, "dataset_artifact_id")
+    ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
+    if len(ds) == 0:
+        raise InvalidArgument("dataset_artifact_id", "no records left to train on (all were forgotten)")
     problem = LinearProblem(kind=kind, mu=mu, dim=ds.X.shape[1], num_outputs=_num_classes(kind, p, ds.y))
     X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
     name = _str(p, "name", "unlearning-linear")
@@ -236,7 +291,7 @@ def run_training(ctx: JobContext) -> dict:
         metrics.update({f"eval_{k}": v for k, v in problem.utility(out.theta_published, ev.X, ev.y).items()})
     config = {"kind": kind, "name": name, "mu": mu, "r": r, "epsilon": eps, "delta": delta,
               "sigma": out.certificate.sigma, "feature_dim": problem.dim, "num_classes": problem.num_outputs,
-              "dataset_artifact_id": ds_id, "state_artifact_id": state_id, "excluded_record_ids": [],
+              "dataset_artifact_id": ds_id, "state_artifact_id": state_id, "excluded_record_ids": dropped,
               "robust": robust_info, "certificate": cert}
     info = ctx.register_model(name, problem.to_tensors(out.theta_published), kind=kind, config=config,
                               metrics=metrics, dataset_artifact_id=ds_id)
@@ -244,11 +299,12 @@ def run_training(ctx: JobContext) -> dict:
              "erm_grad_evals": out.certificate.grad_evals, "steps": out.certificate.steps,
              "wall_s": time.perf_counter() - t0}
     report = {"job": "train", "model_version_id": info.model_version_id, "certificate": cert, "costs": costs,
-              "metrics": metrics, "robust": robust_info, "n": len(ds)}
+              "metrics": metrics, "robust": robust_info, "n": len(ds),
+              "data": {"n": len(ds), "forgotten_dropped": len(dropped), "record_ids_sha256": ds.fingerprint()}}
     rid = _report(ctx, "training_report.json", report)
     ctx.progress(1.0, "trained", **{k: float(v) for k, v in metrics.items()})
     return {"model_version_id": info.model_version_id, "report_artifact_id": rid, "certificate": cert,
-            "costs": costs, "metrics": metrics}
+            "costs": costs, "metrics": metrics, "data": report["data"]}
 
 
 # ---- unlearning ------------------------------------------------------------------------------------------
@@ -277,10 +333,7 @@ def run_unlearning(ctx: JobContext) -> dict:
     tensors, config = ctx.load_model(mvid)
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
-    if method in CERTIFIED_METHODS and not convex:
-        raise FailedPrecondition(f"model kind {kind!r} is non-convex: use method noisy_finetune (uncertified)",
-                                 reason="NOT_CERTIFIABLE", metadata={"method": method, "kind": kind,
-                                                                      "suggested_method": "noisy_finetune"})
+    check_forget_request(method, config, [], set())
     if method in CERTIFIED_METHODS or (convex and method == "retrain"):
         eps, delta = _privacy(p, config)
     elif eps_in != (None, None):
@@ -288,8 +341,9 @@ def run_unlearning(ctx: JobContext) -> dict:
     ds_id = p.get("dataset_artifact_id") or config.get("dataset_artifact_id")
     if not ds_id:
         raise InvalidArgument("dataset_artifact_id", "the model config names no training data: pass it")
-    ds = _load_dataset(ctx, ds_id, "dataset_artifact_id")
+    ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
     forget_ids = _forget_ids(ctx, p)
+    check_forget_request(method, config, forget_ids, set(dropped), set(ds.record_ids) | set(dropped))
     excluded = list(config.get("excluded_record_ids") or [])
     retain_mask, forget_mask = ds.split(forget_ids, excluded=excluded)
     if int(retain_mask.sum()) == 0:
@@ -299,7 +353,8 @@ def run_unlearning(ctx: JobContext) -> dict:
         ev = _load_dataset(ctx, _str(p, "eval_dataset_artifact_id"), "eval_dataset_artifact_id")
         heldout = (ev.X, ev.y)
     name = _str(p, "name", str(config.get("name") or "unlearning-model"))
-    new_excluded = excluded + forget_ids
+    # everything this lineage no longer holds: earlier exclusions, records tombstoned since, this request
+    new_excluded = list(dict.fromkeys(excluded + dropped + forget_ids))
     t0 = time.perf_counter()
     ck = _checkpoint(ctx, "unlearn")
     ctx.check_cancelled()
@@ -319,6 +374,8 @@ def run_unlearning(ctx: JobContext) -> dict:
                    "previously_excluded": len(excluded)})
     info = ctx.register_model(name, new_tensors, kind=kind, config=new_config, metrics=metrics,
                               dataset_artifact_id=ds_id, parent_version_ids=[mvid])
+    # the dataset's tombstones: committed with this job, from then on every reader drops these records
+    ctx.forget_records(ds_id, forget_ids)
     report["model_version_id"] = info.model_version_id
     rid = _report(ctx, "unlearning_report.json", report)
     ctx.progress(1.0, "unlearned", **{k: float(v) for k, v in metrics.items()})
@@ -475,10 +532,15 @@ def run_audit(ctx: JobContext) -> dict:
     cert = config["certificate"]
     r, eps, delta, sigma = float(config["r"]), float(cert["epsilon"]), float(cert["delta"]), float(cert["sigma"])
     ds_id = p.get("dataset_artifact_id") or config.get("dataset_artifact_id")
-    ds = _load_dataset(ctx, ds_id, "dataset_artifact_id")
+    ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
     X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
     excluded = list(config.get("excluded_record_ids") or [])
-    _, forget_mask = ds.split(excluded, field_name="excluded_record_ids")
+    stale = set(dropped) - set(excluded)
+    if stale:
+        raise FailedPrecondition(f"{len(stale)} records were forgotten from the dataset after this version was "
+                                 "produced: audit the newest version of its lineage", reason="STALE_VERSION")
+    # forgotten records are tombstoned (dropped by the reader): the forget set is what is still readable
+    _, forget_mask = ds.split([r for r in excluded if r in ds.index], field_name="excluded_record_ids")
     retain_mask = ~forget_mask
     theta_u = loads_state(ctx.read_artifact(config["state_artifact_id"]))["theta_private"].to(DTYPE)
     ck = _checkpoint(ctx, "audit")

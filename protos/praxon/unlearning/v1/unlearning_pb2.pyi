@@ -1,0 +1,310 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from praxon.common.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Method(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    METHOD_UNSPECIFIED: _ClassVar[Method]
+    METHOD_CERTIFIED_NOISY_MINIMIZER: _ClassVar[Method]
+    METHOD_ROBUST_CERTIFIED: _ClassVar[Method]
+    METHOD_NOISY_FINETUNE: _ClassVar[Method]
+    METHOD_RETRAIN: _ClassVar[Method]
+    METHOD_FINETUNE: _ClassVar[Method]
+    METHOD_GRADIENT_ASCENT: _ClassVar[Method]
+
+class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_KIND_UNSPECIFIED: _ClassVar[ModelKind]
+    MODEL_KIND_LOGREG_L2: _ClassVar[ModelKind]
+    MODEL_KIND_SOFTMAX_L2: _ClassVar[ModelKind]
+    MODEL_KIND_RIDGE_L2: _ClassVar[ModelKind]
+METHOD_UNSPECIFIED: Method
+METHOD_CERTIFIED_NOISY_MINIMIZER: Method
+METHOD_ROBUST_CERTIFIED: Method
+METHOD_NOISY_FINETUNE: Method
+METHOD_RETRAIN: Method
+METHOD_FINETUNE: Method
+METHOD_GRADIENT_ASCENT: Method
+MODEL_KIND_UNSPECIFIED: ModelKind
+MODEL_KIND_LOGREG_L2: ModelKind
+MODEL_KIND_SOFTMAX_L2: ModelKind
+MODEL_KIND_RIDGE_L2: ModelKind
+
+class StartTrainingJobRequest(_message.Message):
+    __slots__ = ("dataset_artifact_id", "kind", "name", "mu", "r", "epsilon", "delta", "seed", "num_classes", "capacity", "eval_dataset_artifact_id", "idempotency_key")
+    DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MU_FIELD_NUMBER: _ClassVar[int]
+    R_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    EVAL_DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    dataset_artifact_id: str
+    kind: ModelKind
+    name: str
+    mu: float
+    r: float
+    epsilon: float
+    delta: float
+    seed: int
+    num_classes: int
+    capacity: int
+    eval_dataset_artifact_id: str
+    idempotency_key: str
+    def __init__(self, dataset_artifact_id: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., name: _Optional[str] = ..., mu: _Optional[float] = ..., r: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., num_classes: _Optional[int] = ..., capacity: _Optional[int] = ..., eval_dataset_artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartTrainingJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class StartUnlearningJobRequest(_message.Message):
+    __slots__ = ("model", "model_version_id", "forget_record_ids", "forget_set_artifact_id", "method", "epsilon", "delta", "seed", "name", "eval_dataset_artifact_id", "reason", "steps", "learning_rate", "idempotency_key")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FORGET_RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    FORGET_SET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EVAL_DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    model: _common_pb2.ModelRef
+    model_version_id: str
+    forget_record_ids: _containers.RepeatedScalarFieldContainer[str]
+    forget_set_artifact_id: str
+    method: Method
+    epsilon: float
+    delta: float
+    seed: int
+    name: str
+    eval_dataset_artifact_id: str
+    reason: str
+    steps: int
+    learning_rate: float
+    idempotency_key: str
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., model_version_id: _Optional[str] = ..., forget_record_ids: _Optional[_Iterable[str]] = ..., forget_set_artifact_id: _Optional[str] = ..., method: _Optional[_Union[Method, str]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., name: _Optional[str] = ..., eval_dataset_artifact_id: _Optional[str] = ..., reason: _Optional[str] = ..., steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartUnlearningJobResponse(_message.Message):
+    __slots__ = ("job", "record_id")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    record_id: str
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., record_id: _Optional[str] = ...) -> None: ...
+
+class StartAuditJobRequest(_message.Message):
+    __slots__ = ("record_id", "model", "runs", "alpha", "seed", "idempotency_key")
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    record_id: str
+    model: _common_pb2.ModelRef
+    runs: int
+    alpha: float
+    seed: int
+    idempotency_key: str
+    def __init__(self, record_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., runs: _Optional[int] = ..., alpha: _Optional[float] = ..., seed: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartAuditJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class Requester(_message.Message):
+    __slots__ = ("tenant_id", "token_id", "token_name", "request_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    token_id: str
+    token_name: str
+    request_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., token_id: _Optional[str] = ..., token_name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class Certificate(_message.Message):
+    __slots__ = ("certified", "epsilon", "delta", "radius", "sigma", "steps", "gradient_evaluations", "final_gradient_norm", "mu", "start", "definition")
+    CERTIFIED_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    RADIUS_FIELD_NUMBER: _ClassVar[int]
+    SIGMA_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_GRADIENT_NORM_FIELD_NUMBER: _ClassVar[int]
+    MU_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    certified: bool
+    epsilon: float
+    delta: float
+    radius: float
+    sigma: float
+    steps: int
+    gradient_evaluations: int
+    final_gradient_norm: float
+    mu: float
+    start: str
+    definition: str
+    def __init__(self, certified: _Optional[bool] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., radius: _Optional[float] = ..., sigma: _Optional[float] = ..., steps: _Optional[int] = ..., gradient_evaluations: _Optional[int] = ..., final_gradient_norm: _Optional[float] = ..., mu: _Optional[float] = ..., start: _Optional[str] = ..., definition: _Optional[str] = ...) -> None: ...
+
+class Audit(_message.Message):
+    __slots__ = ("job_id", "state", "epsilon_lower_bound", "claimed_epsilon", "violated", "pre_noise_distance", "sensitivity_bound", "report_artifact_id", "error", "finish_time")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    VIOLATED_FIELD_NUMBER: _ClassVar[int]
+    PRE_NOISE_DISTANCE_FIELD_NUMBER: _ClassVar[int]
+    SENSITIVITY_BOUND_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: _common_pb2.JobState
+    epsilon_lower_bound: float
+    claimed_epsilon: float
+    violated: bool
+    pre_noise_distance: float
+    sensitivity_bound: float
+    report_artifact_id: str
+    error: _common_pb2.JobError
+    finish_time: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., epsilon_lower_bound: _Optional[float] = ..., claimed_epsilon: _Optional[float] = ..., violated: _Optional[bool] = ..., pre_noise_distance: _Optional[float] = ..., sensitivity_bound: _Optional[float] = ..., report_artifact_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.JobError, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class UnlearningRecord(_message.Message):
+    __slots__ = ("id", "requester", "job_id", "source_model", "source_model_version_id", "dataset_artifact_id", "forget_record_ids", "forget_set_artifact_id", "method", "epsilon", "delta", "reason", "create_time", "state", "certificate", "new_model", "new_model_version_id", "report_artifact_id", "regime", "costs", "metrics", "error", "finish_time", "audits")
+    class CostsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTER_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    FORGET_RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    FORGET_SET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    NEW_MODEL_FIELD_NUMBER: _ClassVar[int]
+    NEW_MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    REGIME_FIELD_NUMBER: _ClassVar[int]
+    COSTS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    AUDITS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    requester: Requester
+    job_id: str
+    source_model: _common_pb2.ModelRef
+    source_model_version_id: str
+    dataset_artifact_id: str
+    forget_record_ids: _containers.RepeatedScalarFieldContainer[str]
+    forget_set_artifact_id: str
+    method: Method
+    epsilon: float
+    delta: float
+    reason: str
+    create_time: _timestamp_pb2.Timestamp
+    state: _common_pb2.JobState
+    certificate: Certificate
+    new_model: _common_pb2.ModelRef
+    new_model_version_id: str
+    report_artifact_id: str
+    regime: str
+    costs: _containers.ScalarMap[str, float]
+    metrics: _containers.ScalarMap[str, float]
+    error: _common_pb2.JobError
+    finish_time: _timestamp_pb2.Timestamp
+    audits: _containers.RepeatedCompositeFieldContainer[Audit]
+    def __init__(self, id: _Optional[str] = ..., requester: _Optional[_Union[Requester, _Mapping]] = ..., job_id: _Optional[str] = ..., source_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., source_model_version_id: _Optional[str] = ..., dataset_artifact_id: _Optional[str] = ..., forget_record_ids: _Optional[_Iterable[str]] = ..., forget_set_artifact_id: _Optional[str] = ..., method: _Optional[_Union[Method, str]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., certificate: _Optional[_Union[Certificate, _Mapping]] = ..., new_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., new_model_version_id: _Optional[str] = ..., report_artifact_id: _Optional[str] = ..., regime: _Optional[str] = ..., costs: _Optional[_Mapping[str, float]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., error: _Optional[_Union[_common_pb2.JobError, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., audits: _Optional[_Iterable[_Union[Audit, _Mapping]]] = ...) -> None: ...
+
+class GetUnlearningRecordRequest(_message.Message):
+    __slots__ = ("record_id",)
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    record_id: str
+    def __init__(self, record_id: _Optional[str] = ...) -> None: ...
+
+class GetUnlearningRecordResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: UnlearningRecord
+    def __init__(self, record: _Optional[_Union[UnlearningRecord, _Mapping]] = ...) -> None: ...
+
+class ListUnlearningRecordsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "model_name")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    model_name: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., model_name: _Optional[str] = ...) -> None: ...
+
+class ListUnlearningRecordsResponse(_message.Message):
+    __slots__ = ("records", "next_page_token")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[UnlearningRecord]
+    next_page_token: str
+    def __init__(self, records: _Optional[_Iterable[_Union[UnlearningRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetUnlearningReportRequest(_message.Message):
+    __slots__ = ("record_id",)
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    record_id: str
+    def __init__(self, record_id: _Optional[str] = ...) -> None: ...
+
+class GetUnlearningReportResponse(_message.Message):
+    __slots__ = ("report_json", "sha256", "job_report")
+    REPORT_JSON_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    JOB_REPORT_FIELD_NUMBER: _ClassVar[int]
+    report_json: str
+    sha256: str
+    job_report: _common_pb2.ArtifactRef
+    def __init__(self, report_json: _Optional[str] = ..., sha256: _Optional[str] = ..., job_report: _Optional[_Union[_common_pb2.ArtifactRef, _Mapping]] = ...) -> None: ...
