@@ -37,7 +37,7 @@ def test_selftest_job_runs_to_success_with_outputs(jobs, tenants, workers, platf
     _, token = tenants["a"]
     workers()
     job = start_selftest(jobs, token, steps=4)
-    events = [r.event for r in jobs.WatchJob(jobs_pb2.WatchJobRequest(job_id=job.id), metadata=auth(token))]
+    events = [r.event for r in jobs.WatchJob(jobs_pb2.WatchJobRequest(job_id=job.id), metadata=auth(token), timeout=120)]
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
     assert events[0].state == common_pb2.JOB_STATE_QUEUED
     assert events[-1].state == common_pb2.JOB_STATE_SUCCEEDED
@@ -58,7 +58,7 @@ def test_two_watchers_see_every_event_in_order(jobs, tenants, workers):
     seen: dict[int, list] = {0: [], 1: []}
 
     def watch(i):
-        for r in jobs.WatchJob(jobs_pb2.WatchJobRequest(job_id=job.id), metadata=auth(token)):
+        for r in jobs.WatchJob(jobs_pb2.WatchJobRequest(job_id=job.id), metadata=auth(token), timeout=120):
             seen[i].append((r.event.sequence, r.event.state, r.event.progress, r.event.message))
     threads = [threading.Thread(target=watch, args=(i,)) for i in (0, 1)]
     for t in threads:
