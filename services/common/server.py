@@ -369,6 +369,7 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     bound = server.add_insecure_port(f"{g.host}:{g.port if port is None else port}")
     await server.start()
     server.praxon_health = health_servicer  # graceful shutdown flips it to NOT_SERVING first
+    server.praxon_services = names
     log.info("gRPC server on %s:%d serving %s", g.host, bound, ", ".join(names))
     return server, bound
 

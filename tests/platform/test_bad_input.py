@@ -78,9 +78,27 @@ def test_upload_with_wrong_sha256_is_rejected_and_nothing_is_lost(channel, tenan
         kept.sha256
 
 
-# ---- property test: random messages at every unary and server-streaming RPC --------------------------------
-SERVICES = [(jobs_pb2, "JobService", jobs_pb2_grpc), (models_pb2, "ModelRegistryService", models_pb2_grpc),
-            (artifacts_pb2, "ArtifactService", artifacts_pb2_grpc)]
+# ---- property test: random messages at every RPC of every service ------------------------------------------
+def _all_rpcs():
+    """Every method of every hosted praxon service (the platform's areas, and each area in SERVICES)."""
+    import importlib
+    import pkgutil
+
+    import praxon
+    from services.cli.serve import SERVICES
+
+    platform_areas = {"jobs", "models", "artifacts"}
+    out = []
+    for info in pkgutil.walk_packages(praxon.__path__, "praxon."):
+        if not info.name.endswith("_pb2"):
+            continue
+        area = info.name.split(".")[1]
+        if area in SERVICES or area in platform_areas:
+            for svc in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
+                out += [(svc.full_name, m) for m in svc.methods]
+    return sorted(out, key=lambda r: (r[0], r[1].name))
+
+
 FD = descriptor.FieldDescriptor
 
 
@@ -136,28 +154,42 @@ def _message_class(desc):
     return message_factory.GetMessageClass(desc)
 
 
-RPCS = [(module, svc, m) for module, svc, _ in SERVICES for m in module.DESCRIPTOR.services_by_name[svc].methods]
+RPCS = _all_rpcs()
 
 
-@pytest.mark.parametrize("module,service,method", RPCS, ids=[f"{s}.{m.name}" for _, s, m in RPCS])
-@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@pytest.fixture(scope="module")
+def every_service(settings):
+    from services.cli.serve import SERVICES
+    from tests.harness import PlatformServer
+    server = PlatformServer(settings, list(SERVICES))
+    yield grpc.insecure_channel(server.address)
+    server.stop()
+
+
+@pytest.mark.parametrize("service,method", RPCS, ids=[f"{s.rsplit('.', 1)[1]}.{m.name}" for s, m in RPCS])
+@hsettings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(data=st.data())
-def test_random_messages_never_internal(channel, tenants, module, service, method, data):
+def test_random_messages_never_internal(every_service, tenants, service, method, data):
     request = data.draw(message_strategy(method.input_type))
-    path = f"/{module.DESCRIPTOR.package}.{service}/{method.name}"
-    ser, de = request.SerializeToString, _message_class(method.output_type).FromString
+    path = f"/{service}/{method.name}"
+    de = _message_class(method.output_type).FromString
     md = auth(tenants["a"][1])
+    channel = every_service
     try:
         if method.client_streaming:
-            channel.stream_unary(path, request_serializer=lambda m: m.SerializeToString(),
-                                 response_deserializer=de)(iter([request, request]), metadata=md, timeout=10)
+            stream = channel.stream_unary if not method.server_streaming else channel.stream_stream
+            result = stream(path, request_serializer=lambda m: m.SerializeToString(),
+                            response_deserializer=de)(iter([request, request]), metadata=md, timeout=10)
+            if method.server_streaming:
+                for _ in result:
+                    pass
         elif method.server_streaming:
-            for _ in channel.unary_stream(path, request_serializer=lambda m: ser(), response_deserializer=de)(
-                    request, metadata=md, timeout=3):
+            for _ in channel.unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=de)(request, metadata=md, timeout=3):
                 pass
         else:
-            channel.unary_unary(path, request_serializer=lambda m: ser(), response_deserializer=de)(
+            channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=de)(
                 request, metadata=md, timeout=10)
     except grpc.RpcError as err:
         assert err.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (method.name, request,
