@@ -18,7 +18,7 @@ from services.common.jobcontext import JobContext
 from services.recommendation.data import (DATASET_CONTENT_TYPE, Dataset, build_dataset, load_movielens_100k,
                                           read_interactions, synthetic_interactions)
 from kernels.topk_scores import topk_scores
-from services.recommendation.model import MODEL_KINDS, ModelConfig, PreferDiff, build_model, ddim_sample, guided_x0
+from services.recommendation.model import MODEL_KINDS, ModelConfig, PreferDiff, build_model
 from services.recommendation.training import Hooks, TrainConfig, train
 
 MODEL_FORMAT = "praxon.recommendation.model/v1"
@@ -133,17 +133,13 @@ def run_training(ctx: JobContext) -> dict:
     mcfg = result.model_config.to_dict() if result.model_config else {
         "kind": "popularity", "n_items": dataset.n_items, "max_history": cfg.max_history or dataset.max_history}
     config = {"format": MODEL_FORMAT, "model_kind": cfg.model_kind, "model": mcfg, "item_ids": dataset.item_ids,
-              "seed": cfg.seed, "exclude_history_in_eval": cfg.exclude_history, "train": _jsonable(cfg)}
+              "seed": cfg.seed, "exclude_history_in_eval": cfg.exclude_history, "train": asdict(cfg)}
     info = ctx.register_model(name, tensors, kind=REGISTRY_KIND, config=config, metrics=metrics,
                               dataset_artifact_id=aid)
     ctx.progress(1.0, "model registered", **{k: v for k, v in metrics.items() if k.startswith("test_")})
     return {"model_version_id": info.model_version_id, "model_name": info.name, "version": info.version,
             "model_kind": cfg.model_kind, "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
             "metrics": metrics}
-
-
-def _jsonable(cfg: TrainConfig) -> dict:
-    return dict(asdict(cfg))
 
 
 # ------------------------------------------------------------------------------------------------------ serving
@@ -189,16 +185,7 @@ class Recommender:
     def _model_queries(self, hist: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         if isinstance(self.model, PreferDiff):
             h = self.model.encoder(hist, lens)
-            w = self.model.cfg.guidance_w
-            null = self.model.null.expand_as(h)
-            m = self.model
-
-            def x0_fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-                both = m.denoise(torch.cat([x, x]), torch.cat([h, null]), torch.cat([t, t]))
-                return guided_x0(both[:h.shape[0]], both[h.shape[0]:], w)
-
-            return ddim_sample(x0_fn, tuple(h.shape), m.alphas_cumprod, m.cfg.sample_steps,
-                               x_T=self._noise(h.shape[0], h.shape[1]))
+            return self.model.sample(h, x_T=self._noise(h.shape[0], h.shape[1]))
         return self.model.queries(hist, lens)
 
     @torch.no_grad()
@@ -221,7 +208,10 @@ class Recommender:
                 if isinstance(it, bool) or not isinstance(it, (int, str)):
                     raise InvalidArgument(f"histories[{bi}]", "item ids must be integers or strings")
                 idx = self.index_of.get(str(it))
-                (ks_.append(idx) if idx is not None else us_.append(str(it)))
+                if idx is None:
+                    us_.append(str(it))
+                else:
+                    ks_.append(idx)
             known.append(ks_)
             unknown.append(us_)
         fallback: list[str | None] = [None] * B

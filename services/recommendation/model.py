@@ -44,6 +44,7 @@ class ModelConfig:
     p_null: float = 0.1
     lam: float = 0.4
     gamma: float = 5.0
+    loss_type: str = "cosine"  # "cosine" (PreferDiff) or "mse" (the original DreamRec error; reference loss_type=l2)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -213,14 +214,15 @@ class PreferDiff(nn.Module):
         x_pos = self.q_sample(x0_pos, t, noise_pos)
         x_neg = self.q_sample(x0_neg, t, noise_neg)
         pred = self.denoise(torch.cat([x_pos, x_neg]), torch.cat([h, h]), torch.cat([t, t]))
-        l_pos = cos_err(x0_pos, pred[:b])
-        l_neg = cos_err(x0_neg, pred[b:])
+        err = cos_err if cfg.loss_type == "cosine" else F.mse_loss
+        l_pos = err(x0_pos, pred[:b])
+        l_neg = err(x0_neg, pred[b:])
         loss = preferdiff_loss(l_pos, l_neg, cfg.lam, cfg.gamma)
         return loss, {"loss": float(loss.detach()), "l_pos": float(l_pos.detach()), "l_neg": float(l_neg.detach())}
 
     @torch.no_grad()
     def sample(self, h: torch.Tensor, *, w: float | None = None, steps: int | None = None,
-               generator: torch.Generator | None = None) -> torch.Tensor:
+               generator: torch.Generator | None = None, x_T: torch.Tensor | None = None) -> torch.Tensor:
         w = self.cfg.guidance_w if w is None else float(w)
         null = self.null.expand_as(h)
 
@@ -230,7 +232,8 @@ class PreferDiff(nn.Module):
             both = self.denoise(torch.cat([x, x]), torch.cat([h, null]), torch.cat([t, t]))
             return guided_x0(both[:h.shape[0]], both[h.shape[0]:], w)
 
-        return ddim_sample(x0_fn, tuple(h.shape), self.alphas_cumprod, steps or self.cfg.sample_steps, generator)
+        return ddim_sample(x0_fn, tuple(h.shape), self.alphas_cumprod, steps or self.cfg.sample_steps, generator,
+                           x_T=x_T)
 
     @torch.no_grad()
     def queries(self, history: torch.Tensor, lengths: torch.Tensor, *,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -41,6 +40,7 @@ class TrainConfig:
     emb_init_std: float = 0.0  # 0: 1.0 for the diffusion kinds (reference init), dim**-0.5 for sasrec_ce
     lam: float = 0.4
     gamma: float = 5.0
+    loss_type: str = "cosine"  # "mse": the original DreamRec error (ablation / baseline variant)
     p_null: float = 0.1
     guidance_w: float = 2.0
     sample_steps: int = 20
@@ -94,6 +94,7 @@ class TrainConfig:
             ("emb_init_std", 0 <= cfg.emb_init_std <= 10, "in [0, 10] (0 = the kind's default)"),
             ("lam", 0 <= cfg.lam <= 1, "in [0, 1]"),
             ("gamma", 0 < cfg.gamma <= 100, "in (0, 100]"),
+            ("loss_type", cfg.loss_type in ("cosine", "mse"), "'cosine' or 'mse'"),
             ("p_null", 0 <= cfg.p_null < 1, "in [0, 1)"),
             ("guidance_w", 0 <= cfg.guidance_w <= 50, "in [0, 50]"),
             ("timesteps", 10 <= cfg.timesteps <= 10_000, "10..10000"),
@@ -119,7 +120,8 @@ class TrainConfig:
                            heads=self.heads, layers=self.layers, dropout=self.dropout,
                            emb_init_std=self.emb_init_std or (
                                self.dim ** -0.5 if self.model_kind == "sasrec_ce" else 1.0), timesteps=self.timesteps, sample_steps=self.sample_steps,
-                           guidance_w=self.guidance_w, p_null=self.p_null, lam=self.lam, gamma=self.gamma)
+                           guidance_w=self.guidance_w, p_null=self.p_null, lam=self.lam, gamma=self.gamma,
+                           loss_type=self.loss_type)
 
 
 @dataclass

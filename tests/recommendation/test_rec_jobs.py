@@ -1,0 +1,200 @@
+"""The import and training jobs through InMemoryJobContext: progress, cancellation, checkpoints, deterministic
+resume, registration, and the serving-side Recommender."""
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument
+from services.common.jobcontext import InMemoryJobContext
+from services.recommendation.data import Dataset, synthetic_interactions
+from services.recommendation.jobs import load_recommender, run_import, run_training
+
+SMALL = dict(n_users=150, n_items=40, n_clusters=4, min_len=5, max_len=9, synthetic_seed=1)
+FAST = dict(dim=16, batch_size=64, lr=3e-3, timesteps=200, sample_steps=10)
+
+
+@pytest.fixture(scope="module")
+def dataset_blob():
+    ctx = InMemoryJobContext(params={"builtin": "synthetic", "seed": 0, **SMALL})
+    out = run_import(ctx)
+    return ctx.artifacts[out["dataset_artifact_id"]][1]
+
+
+def ctx_with(blob, **params):
+    ctx = InMemoryJobContext(params={})
+    aid = ctx.add_artifact(blob, "ds")
+    ctx.params = {"dataset_artifact_id": aid, **params}
+    return ctx
+
+
+def test_import_csv_upload_and_its_row_level_errors():
+    ctx = InMemoryJobContext(params={})
+    rows = "\n".join(f"u{i % 7},i{i % 5},{i}" for i in range(60))
+    ctx.params = {"artifact_id": ctx.add_artifact(f"user,item,timestamp\n{rows}\n".encode()), "seed": 2}
+    out = run_import(ctx)
+    assert out["n_users"] == 7 and out["n_items"] == 5 and out["n_interactions"] == 60
+    name, blob, ctype, meta = ctx.artifacts[out["dataset_artifact_id"]]
+    assert "safetensors" in ctype and meta["n_interactions"] == 60
+    ds = Dataset.from_bytes(blob)
+    assert sorted(ds.record_id.tolist()) == list(range(60))
+    assert ctx.events[-1][0] == 1.0
+
+    bad = InMemoryJobContext(params={})
+    bad.params = {"artifact_id": bad.add_artifact(b"user,item,timestamp\na,b,1\na,b,1\nc,d,??\n")}
+    with pytest.raises(InvalidArgument) as e:
+        run_import(bad)
+    assert [v.field for v in e.value.violations] == ["rows[2].timestamp", "rows[1]"]
+    with pytest.raises(InvalidArgument) as e:
+        run_import(InMemoryJobContext(params={"builtin": "ml-1m"}))
+    assert e.value.violations[0].field == "params.builtin"
+    with pytest.raises(InvalidArgument):
+        run_import(InMemoryJobContext(params={}))
+
+
+def test_training_params_are_validated(dataset_blob):
+    with pytest.raises(InvalidArgument) as e:
+        run_training(ctx_with(dataset_blob, model_kind="gru4rec", lr=-1.0, epoch=3))
+    got = {v.field for v in e.value.violations}
+    assert got == {"params.model_kind", "params.lr", "params.epoch"}
+    with pytest.raises(InvalidArgument) as e:
+        run_training(InMemoryJobContext(params={"model_kind": "preferdiff"}))
+    assert e.value.violations[0].field == "params.dataset_artifact_id"
+
+
+def test_popularity_job_registers_counts_and_serves(dataset_blob):
+    ctx = ctx_with(dataset_blob, model_kind="popularity", model_name="pop")
+    out = run_training(ctx)
+    info, tensors, config, lineage = ctx.models[out["model_version_id"]]
+    assert info.name == "pop" and lineage["kind"] == "recommendation" and config["model_kind"] == "popularity"
+    assert 0.0 <= out["metrics"]["test_ndcg_10"] <= 1.0 and set(tensors) == {"popularity"}
+    rec = load_recommender(tensors, config)
+    r = rec.recommend([["i3"], []], k=5, exclude_seen=False)
+    assert r.ids[0] == r.ids[1]  # popularity ignores the history
+    assert r.scores[0].tolist() == sorted(r.scores[0].tolist(), reverse=True)
+    full = rec.recommend([["i3", "i5"]], k=rec.n_items, exclude_seen=True)  # only n - 2 items are left
+    assert full.ids[0][-2:] == [None, None] and full.item_indices[0, -2:].tolist() == [-1, -1]
+    assert torch.isinf(full.scores[0, -2:]).all() and None not in full.ids[0][:-2]
+    assert not {"i3", "i5"} & set(full.ids[0])
+
+
+def run_once(blob, kind, epochs, **extra):
+    params = {"model_kind": kind, "epochs": epochs, "patience": 50, "seed": 3, **FAST, **extra}
+    ctx = ctx_with(blob, **params)
+    out = run_training(ctx)
+    return ctx, out
+
+
+class CrashAfter(InMemoryJobContext):
+    """Simulates a worker killed right after the n-th epoch's checkpoint."""
+
+    def __init__(self, n, **kw):
+        super().__init__(**kw)
+        self.n = n
+
+    def progress(self, fraction, message="", **metrics):
+        super().progress(fraction, message, **metrics)
+        if len(self.events) >= self.n:
+            raise RuntimeError("worker killed")
+
+
+@pytest.mark.parametrize("kind", ["preferdiff", "sasrec_ce"])
+def test_resume_after_kill_equals_an_uninterrupted_run(dataset_blob, kind):
+    full_ctx, full = run_once(dataset_blob, kind, epochs=4)
+    _, full_tensors, _, _ = full_ctx.models[full["model_version_id"]]
+
+    crash = CrashAfter(2, params={})
+    crash.params = {"dataset_artifact_id": crash.add_artifact(dataset_blob), "model_kind": kind, "epochs": 4,
+                    "patience": 50, "seed": 3, **FAST}
+    with pytest.raises(RuntimeError, match="worker killed"):
+        run_training(crash)
+    assert crash.checkpoints_saved == 2 and not crash.models
+
+    resumed = InMemoryJobContext(params=dict(crash.params), checkpoint=crash.checkpoint)
+    resumed.artifacts = dict(crash.artifacts)
+    out = run_training(resumed)
+    assert [e[2]["epoch"] for e in resumed.events[:-1]] == [3.0, 4.0]  # only the missing epochs ran
+    assert out["metrics"] == full["metrics"]
+    _, tensors, _, _ = resumed.models[out["model_version_id"]]
+    assert tensors.keys() == full_tensors.keys()
+    for k in tensors:
+        assert_close(tensors[k], full_tensors[k], rtol=0, atol=0)
+    losses_full = [e[2]["loss"] for e in full_ctx.events[:-1]]
+    losses_resumed = [e[2]["loss"] for e in crash.events] + [e[2]["loss"] for e in resumed.events[:-1]]
+    assert_close(torch.tensor(losses_resumed), torch.tensor(losses_full), rtol=0, atol=0)
+
+
+def test_checkpoint_from_other_params_is_refused(dataset_blob):
+    crash = CrashAfter(1, params={})
+    crash.params = {"dataset_artifact_id": crash.add_artifact(dataset_blob), "model_kind": "dreamrec",
+                    "epochs": 3, **FAST}
+    with pytest.raises(RuntimeError):
+        run_training(crash)
+    other = InMemoryJobContext(params={**crash.params, "lr": 1e-2}, checkpoint=crash.checkpoint)
+    other.artifacts = dict(crash.artifacts)
+    with pytest.raises(FailedPrecondition):
+        run_training(other)
+
+
+def test_cancellation_between_epochs_keeps_the_checkpoint(dataset_blob):
+    ctx = ctx_with(dataset_blob, model_kind="dreamrec", epochs=5, **FAST)
+    ctx.cancel_after_progress = 1
+    with pytest.raises(Cancelled):
+        run_training(ctx)
+    assert ctx.checkpoints_saved == 1 and len(ctx.events) == 1 and not ctx.models
+    state = ctx.load_checkpoint()
+    assert state["epoch"] == 1 and state["config"]["lam"] == 1.0  # dreamrec is lam = 1
+
+
+def test_early_stopping_on_a_flat_validation_curve(dataset_blob):
+    # lr so small that nothing changes: validation Recall@5 never improves after epoch 1
+    ctx, out = run_once(dataset_blob, "preferdiff", epochs=10, **{"lr": 1e-12, "patience": 2})
+    assert out["best_epoch"] == 1 and out["epochs_run"] == 3
+    assert "early stop" in ctx.events[-2][1]
+    for frac, _msg, metrics in ctx.events[:-1]:
+        assert {"loss", "valid_recall_5"} <= metrics.keys() and 0 < frac <= 1
+
+
+def test_registered_preferdiff_scores_new_histories(dataset_blob):
+    ctx, out = run_once(dataset_blob, "preferdiff", epochs=2)
+    tensors, config = ctx.load_model(out["model_version_id"])
+    rec = load_recommender(tensors, config)
+    ds = Dataset.from_bytes(dataset_blob)
+    known = ds.item_ids[:3]
+    r = rec.recommend([known, [], ["nope", "never"], known + ["nope"]], k=7, exclude_seen=True)
+    assert r.scores.shape == (4, 7) and r.item_indices.shape == (4, 7)
+    assert r.fallback[0] is None and r.fallback[3] is None
+    assert "empty history" in r.fallback[1] and "no known items" in r.fallback[2]
+    assert r.unknown_items == [[], [], ["nope", "never"], ["nope"]]
+    assert not set(known) & set(r.ids[0])  # seen items excluded
+    assert r.ids[0] == r.ids[3]  # unknown ids are ignored, not fatal
+    assert r.ids[1] == r.ids[2]  # both popularity
+    again = rec.recommend([known], k=7, exclude_seen=True)  # deterministic, independent of the batch
+    assert again.ids[0] == r.ids[0]
+    assert_close(again.scores[0], r.scores[0])
+    with_seen = rec.recommend([known], k=rec.n_items, exclude_seen=False)
+    assert sorted(with_seen.ids[0]) == sorted(ds.item_ids)
+    for bad_k in (0, rec.n_items + 1, 2.5):
+        with pytest.raises(InvalidArgument) as e:
+            rec.recommend([known], k=bad_k)
+        assert e.value.violations[0].field == "k"
+    with pytest.raises(InvalidArgument):
+        rec.recommend([[None]], k=3)
+    with pytest.raises(InvalidArgument):
+        load_recommender(tensors, {"format": "something else"})
+
+
+def test_synthetic_builtin_knobs_are_checked():
+    with pytest.raises(InvalidArgument) as e:
+        run_import(InMemoryJobContext(params={"builtin": "synthetic", "noise": 3}))
+    assert e.value.violations[0].field == "params.noise"
+    assert math.isfinite(len(synthetic_interactions(n_users=10, n_items=6, successors=3)))
+
+
+def test_import_builtin_movielens():
+    ctx = InMemoryJobContext(params={"builtin": "ml-100k", "seed": 0})
+    out = run_import(ctx)
+    assert (out["n_users"], out["n_items"], out["n_interactions"]) == (943, 1682, 100_000)
+    ds = Dataset.from_bytes(ctx.artifacts[out["dataset_artifact_id"]][1])
+    assert ds.source == "ml-100k" and len(ds.samples("test")) == out["n_test_users"]
