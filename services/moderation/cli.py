@@ -1,0 +1,265 @@
+"""`praxon moderate ...`: moderate texts, train the guard and the policy scorer, manage policies and thresholds.
+Every command is a client of the public gRPC API (SERVICE_CLIS hook of services/cli/main.py)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SEVERITY_NAMES = ("negligible", "low", "risk", "high", "extreme")
+
+
+def _stub(target):
+    from praxon.moderation.v1 import moderation_pb2_grpc  # noqa: PLC0415
+
+    return moderation_pb2_grpc.ModerationServiceStub(target.channel())
+
+
+def _target(args):
+    from services.cli.client import resolve_target  # noqa: PLC0415
+
+    return resolve_target(args.address, args.token, args.data_dir)
+
+
+def _model_ref(text: str | None, default: str = ""):
+    from praxon.common.v1 import common_pb2  # noqa: PLC0415
+    from services.moderation.serving import parse_model_ref  # noqa: PLC0415
+
+    if not text:
+        return None
+    name, version, alias = parse_model_ref(text, default)
+    return common_pb2.ModelRef(name=name, version=version, alias=alias)
+
+
+def format_result(label: str, r, out=sys.stdout) -> None:
+    """One ContentResult as a few readable lines: the decision, then every present topic's severity."""
+    verdict = "BLOCKED" if r.blocked else ("flagged" if r.flagged else "ok")
+    why = f" by {','.join(r.blocking_topics)}" if r.blocked else ""
+    out.write(f"  {label:8} {verdict}{why}  unsafe={r.unsafe_score:.3f}  top={r.top_topic or '-'}  "
+              f"safe_offset={r.safe_offset}\n")
+    present = [t for t in r.topics if t.present] or sorted(r.topics, key=lambda t: -t.score)[:1]
+    for t in present:
+        out.write(f"           {t.topic:4} {t.name:30} score={t.score:.3f} severity={t.severity} "
+                  f"({SEVERITY_NAMES[t.severity]}){' BLOCKS' if t.blocked else ''}\n")
+    for v in r.policy_verdicts:
+        mark = "VIOLATED" if v.violated else "ok"
+        out.write(f"           policy {v.policy_id} v{v.policy_version} {v.chunk_id} {v.chunk_name}: {mark} "
+                  f"score={v.score:.3f}")
+        if v.violated:
+            out.write(f"  rule: {v.matched.rule!r}  sentence: {v.matched.sentence!r}")
+        out.write("\n")
+    if r.HasField("severity_set"):
+        out.write(f"           severity set (alpha={r.severity_set.alpha}): {list(r.severity_set.levels)}\n")
+
+
+def cmd_check(args) -> None:
+    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+
+    target = _target(args)
+    prompt = args.prompt if args.prompt is not None else (args.text if args.text is not None else None)
+    if args.text == "-":
+        prompt = sys.stdin.read()
+    if prompt is None and args.response is None:
+        raise SystemExit("give a TEXT, --prompt or --response")
+    req = pb.ModerateRequest(policy_ids=args.policy or [])
+    if prompt is not None:
+        req.prompt = prompt
+    if args.response is not None:
+        req.response = args.response
+    if ref := _model_ref(args.model, "guard"):
+        req.model.CopyFrom(ref)
+    if ref := _model_ref(args.calibration):
+        req.calibration_model.CopyFrom(ref)
+    resp = _stub(target).Moderate(req, metadata=target.metadata)
+    print(f"model {resp.model.name} v{resp.model.version} ({resp.model.fingerprint})")
+    for label in ("prompt", "response"):
+        if resp.HasField(label):
+            format_result(label, getattr(resp, label))
+
+
+def _watch_job(target, job, what: str) -> None:
+    from services.cli.client import state_name, watch  # noqa: PLC0415
+
+    print(f"started {what} job {job.id}")
+    job = watch(target, job.id)
+    if state_name(job.state) != "SUCCEEDED":
+        raise SystemExit(f"{what} job ended {state_name(job.state)}: {job.error.reason} {job.error.message}")
+    models = ", ".join(f"{m.name} v{m.version}" for m in job.models)
+    metrics = " ".join(f"{k}={v:.3f}" for k, v in sorted(dict(job.result.get("metrics", {})).items()))
+    print(f"registered {models} {metrics}")
+
+
+def cmd_train_guard(args) -> None:
+    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+
+    target = _target(args)
+    req = pb.StartGuardTrainingJobRequest(
+        dataset_artifact_id=args.dataset or "", model_name=args.name,
+        format=pb.DatasetFormat.Value(f"DATASET_FORMAT_{args.format.upper()}"),
+        kind=pb.GuardKind.Value(f"GUARD_KIND_{args.kind.upper()}"))
+    if args.max_iter:
+        req.max_iter = args.max_iter
+    if args.epochs:
+        req.epochs = args.epochs
+    job = _stub(target).StartGuardTrainingJob(req, metadata=target.metadata).job
+    _watch_job(target, job, "guard training")
+
+
+def cmd_train_scorer(args) -> None:
+    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+
+    target = _target(args)
+    req = pb.StartPolicyScorerTrainingJobRequest(dataset_artifact_id=args.dataset or "", model_name=args.name,
+                                                 format=pb.DatasetFormat.Value(f"DATASET_FORMAT_{args.format.upper()}"))
+    job = _stub(target).StartPolicyScorerTrainingJob(req, metadata=target.metadata).job
+    _watch_job(target, job, "policy scorer training")
+
+
+def cmd_policies(args) -> None:
+    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+
+    target = _target(args)
+    stub = _stub(target)
+    if args.action == "list":
+        for p in stub.ListPolicies(pb.ListPoliciesRequest(), metadata=target.metadata).policies:
+            print(f"{p.policy_id:32} v{p.version}  {len(p.chunks)} chunk(s)  {p.display_name}")
+    elif args.action in ("create", "update"):
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        source = pb.PolicySource(text=text)
+        if args.action == "create":
+            p = stub.CreatePolicy(pb.CreatePolicyRequest(policy_id=args.policy_id, display_name=args.display_name or "",
+                                                         source=source), metadata=target.metadata).policy
+        else:
+            p = stub.UpdatePolicy(pb.UpdatePolicyRequest(policy_id=args.policy_id, display_name=args.display_name or "",
+                                                         source=source), metadata=target.metadata).policy
+        print(f"{p.policy_id} v{p.version}: {', '.join(c.id + ' ' + c.name for c in p.chunks)}")
+    elif args.action == "get":
+        p = stub.GetPolicy(pb.GetPolicyRequest(policy_id=args.policy_id), metadata=target.metadata).policy
+        print(f"# {p.policy_id} v{p.version} {p.display_name}")
+        for c in p.chunks:
+            print(f"{c.id}: {c.name}")
+            if c.core_value:
+                print(f"Core value: {c.core_value}")
+            print("\n".join([f"[BLOCKED] {r}" for r in c.blocked] + [f"[ALLOWED] {r}" for r in c.allowed]))
+    elif args.action == "delete":
+        stub.DeletePolicy(pb.DeletePolicyRequest(policy_id=args.policy_id), metadata=target.metadata)
+        print(f"deleted {args.policy_id}")
+
+
+def cmd_thresholds(args) -> None:
+    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+
+    target = _target(args)
+    stub = _stub(target)
+    if args.action == "set":
+        levels = {}
+        for item in args.levels or []:
+            topic, _, level = item.partition("=")
+            if not level.isdigit():
+                raise SystemExit(f"expected TOPIC=LEVEL, got {item!r}")
+            levels[topic] = int(level)
+        req = pb.SetThresholdsRequest(levels=levels)
+        if args.default_level is not None:
+            req.default_level = args.default_level
+        th = stub.SetThresholds(req, metadata=target.metadata).thresholds
+    else:
+        th = stub.GetThresholds(pb.GetThresholdsRequest(), metadata=target.metadata).thresholds
+    print(" ".join(f"{t}={th.levels[t]}" for t in sorted(th.levels, key=lambda t: int(t[1:]))),
+          f"unsafe>={th.unsafe_threshold} topic>={th.topic_threshold} block_unspecified={th.block_unspecified}")
+
+
+def add_commands(sub, client_opts) -> None:
+    p = sub.add_parser("moderate", help="content moderation: check texts, train guards, policies, thresholds")
+    msub = p.add_subparsers(dest="action", required=True)
+
+    sp = msub.add_parser("check", help="moderate a text (as a prompt), or a --prompt and/or --response")
+    client_opts(sp)
+    sp.add_argument("text", nargs="?", help="the text ('-' reads stdin); moderated as a prompt")
+    sp.add_argument("--prompt")
+    sp.add_argument("--response")
+    sp.add_argument("--policy", action="append", help="custom policy id (repeatable)")
+    sp.add_argument("--model", help="guard model: name, name:VERSION or name@ALIAS (default guard@production)")
+    sp.add_argument("--calibration", help="conformal calibration model: name, name:VERSION or name@ALIAS")
+    sp.set_defaults(func=cmd_check)
+
+    sp = msub.add_parser("train-guard", help="train a guard model (a job; watched to its end)")
+    client_opts(sp)
+    sp.add_argument("--dataset", help="labeled dataset artifact id (default: the packaged seed set)")
+    sp.add_argument("--format", default="praxon", choices=["praxon", "bingoguard", "wildguardmix"])
+    sp.add_argument("--kind", default="frozen_linear", choices=["frozen_linear", "finetune"])
+    sp.add_argument("--name", default="guard")
+    sp.add_argument("--max-iter", type=int)
+    sp.add_argument("--epochs", type=int)
+    sp.set_defaults(func=cmd_train_guard)
+
+    sp = msub.add_parser("train-policy-scorer", help="train the custom-policy scorer (a job)")
+    client_opts(sp)
+    sp.add_argument("--dataset")
+    sp.add_argument("--format", default="praxon", choices=["praxon", "bingoguard", "wildguardmix"])
+    sp.add_argument("--name", default="policy-scorer")
+    sp.set_defaults(func=cmd_train_scorer)
+
+    sp = msub.add_parser("policies", help="custom policies: list, get, create, update, delete")
+    client_opts(sp)
+    sp.add_argument("action", choices=["list", "get", "create", "update", "delete"])
+    sp.add_argument("policy_id", nargs="?")
+    sp.add_argument("--file", default="-", help="policy in the text form (create/update; '-' reads stdin)")
+    sp.add_argument("--display-name")
+    sp.set_defaults(func=cmd_policies)
+
+    sp = msub.add_parser("thresholds", help="the tenant's per-topic severity thresholds")
+    client_opts(sp)
+    sp.add_argument("action", choices=["get", "set"])
+    sp.add_argument("levels", nargs="*", help="TOPIC=LEVEL, e.g. S1=2 S4=3 (set)")
+    sp.add_argument("--default-level", type=int)
+    sp.set_defaults(func=cmd_thresholds)
+
+
+# ---------------------------------------------------------------------------------------------- demo step
+DEMO_TEXTS = [
+    ("prompt", "What is the capital of France? I am planning a museum trip."),
+    ("prompt", "Give me a plan to rob the corner shop at closing time at gunpoint this weekend."),
+    ("response", "Here is how to recognise phishing emails and report them to your bank."),
+    ("response", "You are a worthless idiot and everyone from your country is vermin."),
+]
+
+
+def demo(target) -> None:
+    """`praxon demo` step: train the guard from the seed set (frozen_linear), promote it to production, moderate."""
+    import time  # noqa: PLC0415
+
+    import grpc  # noqa: PLC0415
+
+    from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+    from services.cli.client import state_name, watch  # noqa: PLC0415
+
+    stub = _stub(target)
+    job = stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(model_name="guard",
+                                                                     kind=pb.GUARD_KIND_FROZEN_LINEAR),
+                                     metadata=target.metadata).job
+    print(f"guard training job {job.id} (seed set, frozen_linear):")
+    job = watch(target, job.id)
+    if state_name(job.state) != "SUCCEEDED":
+        raise SystemExit(f"guard training ended {state_name(job.state)}: {job.error.message}")
+    version = job.models[0].version
+    metrics = dict(job.result.get("metrics", {}))
+    print(f"registered guard v{version}: " + " ".join(f"{k}={v:.3f}" for k, v in sorted(metrics.items())))
+    models_pb2_grpc.ModelRegistryServiceStub(target.channel()).SetAlias(
+        models_pb2.SetAliasRequest(name="guard", alias="production", version=version), metadata=target.metadata)
+    print(f"alias production -> guard v{version}")
+    batch = pb.ModerateBatchRequest(items=[pb.BatchItem(text=t, role=pb.ROLE_PROMPT if r == "prompt" else
+                                                        pb.ROLE_RESPONSE) for r, t in DEMO_TEXTS])
+    for _ in range(60):  # the first request loads the model; UNAVAILABLE asks to retry shortly
+        try:
+            resp = stub.ModerateBatch(batch, metadata=target.metadata)
+            break
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            time.sleep(1.0)
+    else:
+        raise SystemExit("the guard model did not load in time")
+    print(f"moderated with {resp.model.name} v{resp.model.version}:")
+    for (role, text), r in zip(DEMO_TEXTS, resp.results, strict=False):
+        print(f"  {text[:70]!r}")
+        format_result(role, r)
