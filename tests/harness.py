@@ -69,6 +69,7 @@ def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: 
     s.jobs.heartbeat_seconds = jobs.get("heartbeat_seconds", 0.5)
     s.jobs.reaper_interval_seconds = jobs.get("reaper_interval_seconds", 1.0)
     s.jobs.extra_modules = ["tests.job_kinds"]
+    s.jobs.torch_threads = 1  # two cores shared by the test process, workers and servers
     return s
 
 
@@ -83,6 +84,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "PRAXON_S3__SECRET_KEY": settings.s3.secret_key.get_secret_value(),
         "PRAXON_JOBS__LEASE_SECONDS": str(j.lease_seconds), "PRAXON_JOBS__HEARTBEAT_SECONDS": str(j.heartbeat_seconds),
         "PRAXON_JOBS__REAPER_INTERVAL_SECONDS": str(j.reaper_interval_seconds),
+        "PRAXON_JOBS__TORCH_THREADS": str(j.torch_threads),
         "PRAXON_JOBS__EXTRA_MODULES": json.dumps(j.extra_modules), "PRAXON_METRICS_PORT": "0",
     }
 

@@ -54,6 +54,10 @@ def get_runtime() -> Runtime:
             if _runtime is not None:
                 _inherited.append(_runtime)
             settings = _settings or Settings()
+            if settings.jobs.torch_threads:
+                import torch  # noqa: PLC0415
+
+                torch.set_num_threads(settings.jobs.torch_threads)
             pool = create_pool(settings, max_size=4)
             store = ArtifactStore(settings)
             _runtime = Runtime(settings, pool, JobStore(pool, make_celery(settings)), Registry(pool, store), store)

@@ -32,6 +32,9 @@ class JobSettings(BaseModel):
     heartbeat_seconds: float = Field(5.0, gt=0)
     reaper_interval_seconds: float = Field(5.0, gt=0)
     max_attempts: int = Field(5, ge=1)
+    # torch intra-op threads per job process (0: torch's default, one per core). Several worker processes on
+    # one node should split the cores rather than each take all of them.
+    torch_threads: int = Field(0, ge=0)
     # Extra modules that register job kinds in the worker (tests register their own here).
     extra_modules: list[str] = Field(default_factory=list)
 

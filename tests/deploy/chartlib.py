@@ -54,6 +54,12 @@ def _gpu_workers() -> dict:
     }}
 
 
+def _service_names() -> list[str]:
+    from services.cli.serve import SERVICES  # noqa: PLC0415
+
+    return list(SERVICES)
+
+
 def kserve_profile(predictor: str) -> dict:
     return {"kserve": {"enabled": True, "inferenceServices": [
         {"name": "rec-acme", "predictor": predictor, "tenant": "acme", "model": "recommender@production",
@@ -71,7 +77,8 @@ PROFILES: dict[str, dict] = {
     "defaults": {},
     # external stores from plain values, nothing optional
     "minimal": deep_merge(EXTERNAL, {"networkPolicy": {"enabled": False}, "migrations": {"enabled": False},
-                                     "services": {"platform": {"replicaCount": 1, "pdb": {"create": False}}},
+                                     "services": {name: {"replicaCount": 1, "pdb": {"create": False}}
+                                                  for name in _service_names()},
                                      "workers": {q: {"enabled": False} for q in
                                                  ("training", "distillation", "calibration", "unlearning", "audit")}}),
     # bundled stores with fixed passwords, no persistence, ServiceMonitor and restricted egress

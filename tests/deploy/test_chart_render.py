@@ -131,7 +131,9 @@ def test_network_policies_keep_stores_to_praxon_pods(rendered):
         np = next(n for n in by_kind(docs, "NetworkPolicy") if n["metadata"]["name"] == f"{fullname()}-{store}")
         allowed = np["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
         let_in = {name for name, labels in pods.items() if allowed.items() <= labels.items()}
-        assert let_in == {name for name in pods if "-worker-" in name or name.endswith(("-platform", "-migrate"))}
+        from services.cli.serve import SERVICES
+        services = tuple(f"-{name}" for name in SERVICES)
+        assert let_in == {name for name in pods if "-worker-" in name or name.endswith((*services, "-migrate"))}
     workers = next(n for n in by_kind(docs, "NetworkPolicy") if n["metadata"]["name"].endswith("-workers"))
     assert workers["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in workers["spec"]
     # allowExternal=false: only labelled clients reach the gRPC port
