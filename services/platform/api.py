@@ -268,6 +268,10 @@ class ArtifactServicer(artifacts_pb2_grpc.ArtifactServiceServicer):
 
         def work():
             row = self.app.registry.get_artifact(tenant, request.artifact_id)
+            # Private artifacts (e.g. certified unlearning's pre-noise state) are for jobs only: downloading them
+            # would void the certificate.
+            if row["metadata"].get("visibility") == "private":
+                raise NotFound(f"artifact {request.artifact_id} not found")
             return row, self.app.store.presigned_get(row["object_key"])
         row, url = await self.app.db(work)
         return artifacts_pb2.GetArtifactResponse(artifact=convert.artifact(row), url=url,

@@ -72,3 +72,13 @@ def test_health_needs_no_token(platform):
     stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(platform.address))
     assert stub.Check(health_pb2.HealthCheckRequest(service="praxon.jobs.v1.JobService")).status == \
         health_pb2.HealthCheckResponse.SERVING
+
+
+def test_private_artifacts_are_not_downloadable(stubs, tenants, settings, platform):
+    _, _, artifacts = stubs
+    from services.common import db
+    with db.connect(settings) as conn:
+        row = platform.app.registry.put_artifact(conn, tenants["a"][0], "state.safetensors", b"pre-noise weights",
+                                                 "application/octet-stream", metadata={"visibility": "private"})
+    expect(grpc.StatusCode.NOT_FOUND, lambda: artifacts.GetArtifact(
+        artifacts_pb2.GetArtifactRequest(artifact_id=str(row["id"])), metadata=auth(tenants["a"][1])))
