@@ -28,6 +28,12 @@ def moderation(target: Target) -> None:
     demo(target)
 
 
+def recommendation(target: Target) -> None:
+    from services.recommendation.cli import demo  # noqa: PLC0415
+
+    demo(target)
+
+
 def unlearning(target: Target) -> None:
     from services.unlearning.cli import demo  # noqa: PLC0415
 
@@ -38,4 +44,6 @@ STEPS = [("job system: a self-test job through the public API", selftest),
          ("moderation: train the guard on the seed set, promote it, moderate texts with per-topic severities",
           moderation),
          ("unlearning: train a certified guard head, forget records, audit the certificate, show the lineage",
-          unlearning)]
+          unlearning),
+         ("recommendation: import MovieLens-100k, train PreferDiff (demo-sized), recommend for a new history",
+          recommendation)]

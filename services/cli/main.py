@@ -130,6 +130,7 @@ def cmd_selftest(args) -> None:
 SERVICE_CLIS: list[str] = [
     "services.moderation.cli",
     "services.unlearning.cli",
+    "services.recommendation.cli",
 ]
 
 

@@ -19,11 +19,13 @@ SERVICES: dict[str, str] = {
     "platform": "services.platform.api:register",
     "unlearning": "services.unlearning.api:register",
     "moderation": "services.moderation.api:register",
+    "recommendation": "services.recommendation.api:register",
 }
 
 # predictor name -> "module:build" (build(settings, tenant_id, model_ref) -> kserve.Model), served by kserve's ModelServer
 PREDICTORS: dict[str, str] = {
     "moderation": "services.moderation.predictor:build",
+    "recommendation": "services.recommendation.predictor:build",
 }
 
 
@@ -68,4 +70,6 @@ def run_predictor(settings: Settings, name: str, tenant_id: str, model: str, htt
 
     module, _, func = PREDICTORS[name].partition(":")
     predictor = getattr(importlib.import_module(module), func)(settings, tenant_id, model)
+    if not predictor.ready:  # ModelServer.start() refuses models that are not loaded yet
+        predictor.load()
     ModelServer(http_port=http_port, grpc_port=grpc_port).start([predictor])

@@ -23,6 +23,8 @@ JOB_KINDS: dict[str, JobKind] = {
     "moderation.train_policy_scorer": JobKind("training", "services.moderation.jobs:run_policy_scorer_training"),
     "moderation.calibrate": JobKind("calibration", "services.moderation.jobs:run_calibration"),
     "moderation.distill": JobKind("distillation", "services.moderation.jobs:run_distillation"),
+    "recommendation.import": JobKind("default", "services.recommendation.jobs:run_import"),
+    "recommendation.train": JobKind("training", "services.recommendation.jobs:run_training"),
 }
 
 

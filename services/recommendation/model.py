@@ -85,10 +85,15 @@ def linear_alphas_cumprod(timesteps: int, beta_start: float, beta_end: float) ->
 
 
 def ddim_timesteps(timesteps: int, steps: int) -> list[int]:
-    """Descending sub-sequence of [0, T): T-1, T-1-T/S, ..., T/S-1 (S values)."""
+    """Descending sub-sequence of [0, T): T-1, T-1-T/S, ..., T/S-1, then 0 (S + 1 values, S strides).
+
+    As in the reference (diffusion.py, init_ddim_variables / sample_from_noise with ddim_step = T/S): the grid is
+    range(0, T + 1, T/S) shifted down by one, with its first entry clamped to 0, walked from the top; so after the
+    S strides the sampler makes one last x0-prediction at t = 0 from the (nearly clean) x_{T/S-1}."""
     steps = max(1, min(int(steps), timesteps))
     stride = timesteps / steps
-    return [int(round(stride * (i + 1))) - 1 for i in reversed(range(steps))]
+    ts = [int(round(stride * (i + 1))) - 1 for i in reversed(range(steps))]
+    return ts + [0] if ts[-1] != 0 else ts
 
 
 @torch.no_grad()

@@ -32,7 +32,7 @@ class TrainConfig:
     batch_size: int = 256
     lr: float = 1e-4
     weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 0.0  # 0: no clipping; the reference trainer (trainer.py) defines max_grad_norm but never clips
     dim: int = 64
     heads: int = 2
     layers: int = 1
