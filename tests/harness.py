@@ -65,7 +65,7 @@ def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: 
                  metrics_port=0)
     s.grpc.port = 0
     s.grpc.max_message_bytes = 1024 * 1024
-    s.jobs.lease_seconds = jobs.get("lease_seconds", 3.0)
+    s.jobs.lease_seconds = jobs.get("lease_seconds", 6.0)  # generous: heartbeats compete for two busy cores
     s.jobs.heartbeat_seconds = jobs.get("heartbeat_seconds", 0.5)
     s.jobs.reaper_interval_seconds = jobs.get("reaper_interval_seconds", 1.0)
     s.jobs.extra_modules = ["tests.job_kinds"]

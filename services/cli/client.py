@@ -42,8 +42,9 @@ def state_name(state: int) -> str:
     return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
-def watch(target: Target, job_id: str, out=sys.stdout) -> common_pb2.Job:
+def watch(target: Target, job_id: str, out=None) -> common_pb2.Job:
     """Follow a job to its end with a progress bar; returns the final job."""
+    out = out or sys.stdout
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
     for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id), metadata=target.metadata):
         e = item.event

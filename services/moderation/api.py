@@ -18,19 +18,11 @@ from services.common.jobkinds import JOB_KINDS
 from services.common.jobs import page_size
 from services.common.registry import check_model_name
 from services.common.server import AppContext, current_tenant
+from services.common.serving import ModelCache, ref_key
 from services.moderation.decision import ModerationResult, Thresholds
 from services.moderation.policy_store import ModerationStore, StoredPolicy, StoredThresholds, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.serving import (
-    Batcher,
-    Loaded,
-    ModelCache,
-    ServingConfig,
-    build_conformal,
-    build_guard,
-    build_scorer,
-    ref_key,
-)
+from services.moderation.serving import Batcher, Loaded, ServingConfig, build_conformal, build_guard, build_scorer
 from services.moderation.taxonomy import TOPICS
 
 ROLE_NAMES = {pb.ROLE_PROMPT: "prompt", pb.ROLE_RESPONSE: "response"}

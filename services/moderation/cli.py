@@ -30,8 +30,9 @@ def _model_ref(text: str | None, default: str = ""):
     return common_pb2.ModelRef(name=name, version=version, alias=alias)
 
 
-def format_result(label: str, r, out=sys.stdout) -> None:
+def format_result(label: str, r, out=None) -> None:
     """One ContentResult as a few readable lines: the decision, then every present topic's severity."""
+    out = out or sys.stdout
     verdict = "BLOCKED" if r.blocked else ("flagged" if r.flagged else "ok")
     why = f" by {','.join(r.blocking_topics)}" if r.blocked else ""
     out.write(f"  {label:8} {verdict}{why}  unsafe={r.unsafe_score:.3f}  top={r.top_topic or '-'}  "

@@ -123,28 +123,29 @@ class GuardPredictor(Model):
 def build(settings, tenant_id: str, model_ref: str) -> GuardPredictor:
     """PREDICTORS["moderation"]: a loaded predictor for a registered guard ("name", "name:3" or "name@alias"; the
     default alias "production", else the latest version), with the tenant's thresholds at load time."""
-    from services.moderation.serving import ServingConfig, parse_model_ref  # noqa: PLC0415
+    from services.common.serving import RefKey, parse_model_ref  # noqa: PLC0415
+    from services.moderation.serving import ServingConfig  # noqa: PLC0415
 
-    name, version, alias = parse_model_ref(model_ref, ServingConfig().default_guard)
+    config = ServingConfig()
+    name, version, alias = parse_model_ref(model_ref, config.default_guard)
 
     def loader():
         from services.common import db  # noqa: PLC0415
         from services.common.registry import Registry  # noqa: PLC0415
+        from services.common.serving import ModelCache  # noqa: PLC0415
         from services.common.store import ArtifactStore  # noqa: PLC0415
         from services.moderation.policy_store import ModerationStore  # noqa: PLC0415
-        from services.moderation.serving import ModelCache, RefKey, build_guard  # noqa: PLC0415
+        from services.moderation.serving import build_guard  # noqa: PLC0415
 
         pool = db.create_pool(settings, max_size=2)
         try:
             registry = Registry(pool, ArtifactStore(settings))
-            cache = ModelCache(registry, build_guard, ServingConfig(), what="guard model")
-            row = cache.resolve(RefKey(tenant_id, name, version, alias))
-            tensors, config = registry.load_weights(tenant_id, row)
-            guard, fingerprint = build_guard(tensors, config, row)
+            loaded = ModelCache(registry, build_guard, config, what="guard model").load_now(
+                RefKey(tenant_id, name, version, alias))
             thresholds = ModerationStore(pool).get_thresholds(tenant_id).thresholds
         finally:
             pool.close()
-        return guard, VersionInfo(row["name"], int(row["version"]), str(row["id"]), fingerprint), thresholds
+        return loaded.obj, loaded.info, thresholds
 
     predictor = GuardPredictor("moderation", loader=loader)
     predictor.load()  # ModelServer.start() only serves models that are ready

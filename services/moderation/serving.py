@@ -1,45 +1,30 @@
-"""Serving the moderation models: loading from the registry (safetensors) by name + version/alias, caching, hot
-swap when an alias moves, and dynamic batching of concurrent requests. No grpc here: the servicer (api.py) and
-the kserve predictor (predictor.py) both build on this.
+"""Serving the moderation models: the guards, policy scorers and calibrations as loaded from the registry, and the
+dynamic batching of moderation requests; the machinery (registry loading, caching, hot swap when an alias moves,
+batching) is services/common/serving.py's. No grpc here: the servicer (api.py) and the kserve predictor
+(predictor.py) both build on this.
 
-Model references: a version number pins that version (immutable, loaded once); an alias follows the alias; neither
-means the default alias ("production") and, while no version carries it, the latest version. Followed references
-are re-resolved in the background at most every `alias_check_s`; when the version changed, the new one is loaded
-while the old one keeps serving, then swapped in (in-flight and new requests never fail because of a swap).
-
-Errors: a model that is not registered (or an alias that names nothing) -> FailedPrecondition
-(MODEL_NOT_REGISTERED); a model still loading after `load_wait_s` -> Unavailable with retry_after_s
-(MODEL_LOADING)."""
+Errors: besides the common ones (MODEL_NOT_REGISTERED, MODEL_LOADING), a calibration model in a build without
+conformal calibration -> FailedPrecondition (CALIBRATION_UNAVAILABLE)."""
 from __future__ import annotations
 
-import asyncio
-import collections
-import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, PraxonError, Unavailable
-from services.common.registry import Registry
+from services.common import serving
+from services.common.errors import FailedPrecondition
+from services.common.serving import parse_model_ref as parse_model_ref  # re-exported for the CLI
 from services.moderation.decision import ModerationResult, Thresholds, moderate_batch
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ServingConfig:
-    """Knobs of the moderation service (put one in app.extras["moderation_config"] to override)."""
+class ServingConfig(serving.ServingConfig):
+    """Knobs of the moderation service (put one in app.extras["moderation_config"] to override); the shared ones
+    (default_alias, alias_check_s, load_wait_s, retry_after_s, max_models, max_batch, max_wait_ms) are
+    services.common.serving.ServingConfig's, with its defaults."""
 
     default_guard: str = "guard"
     default_scorer: str = "policy-scorer"
-    default_alias: str = "production"
-    alias_check_s: float = 2.0        # a followed alias is re-resolved at most this often (hot swap latency)
-    load_wait_s: float = 10.0         # a request waits this long for a loading model, then gets UNAVAILABLE
-    retry_after_s: float = 1.0        # RetryInfo delay of UNAVAILABLE answers
-    max_models: int = 8               # loaded model versions kept per kind (LRU)
-    max_batch: int = 32               # dynamic batching: at most this many texts per forward batch
-    max_wait_ms: float = 2.0          # ... collected for at most this long after the first one arrives
     batch_workers: int = 0            # batches run at once; 0 = 2 * cores / torch threads
     max_text_bytes: int = 1 << 20     # hard cap on one text's UTF-8 size, checked before any other work
     max_batch_items: int = 256        # ModerateBatch items
@@ -56,200 +41,22 @@ class VersionInfo:
 
 @dataclass(frozen=True)
 class Loaded:
+    """What a ModelCache of this service serves: the model object, its version, its registry config."""
+
     obj: Any
     info: VersionInfo
     config: dict
 
 
-@dataclass(frozen=True)
-class RefKey:
-    tenant_id: str
-    name: str
-    version: int = 0
-    alias: str = ""   # "" with version 0: the default alias, falling back to the latest version
-
-
-@dataclass
-class _Entry:
-    version_id: str | None = None        # what this reference serves now
-    checked_at: float = float("-inf")    # monotonic time of the last resolution
-    task: asyncio.Task | None = None     # background re-resolution in progress
-
-
-Builder = Callable[[dict, dict, dict], tuple[Any, str]]  # (tensors, config, version row) -> (object, fingerprint)
-
-
-class ModelCache:
-    """Loaded models of one kind (guards, policy scorers, calibrations) for every tenant. Use on one event loop."""
-
-    def __init__(self, registry: Registry, builder: Builder, config: ServingConfig, *, what: str = "model",
-                 default_alias: str | None = None):
-        self.registry, self.builder, self.config, self.what = registry, builder, config, what
-        self.default_alias = config.default_alias if default_alias is None else default_alias
-        self._entries: dict[RefKey, _Entry] = {}
-        self._loaded: collections.OrderedDict[str, Loaded] = collections.OrderedDict()  # version id -> model
-        self._loading: dict[str, asyncio.Future] = {}
-        self.swaps = 0  # alias moves served (for tests and metrics)
-
-    # -- resolution (blocking; runs in a thread)
-    def resolve(self, key: RefKey, field: str = "model") -> dict:
-        """The registry row a reference points at now (blocking)."""
-        return self._resolve(key, field)
-
-    def _resolve(self, key: RefKey, field: str) -> dict:
-        reg = self.registry
-        try:
-            if key.version or key.alias:
-                return reg.resolve(key.tenant_id, key.name, key.version, key.alias, field)
-            try:
-                return reg.resolve(key.tenant_id, key.name, 0, self.default_alias, field)
-            except NotFound:
-                return reg.resolve(key.tenant_id, key.name, 0, "", field)
-        except NotFound:
-            which = f"version {key.version}" if key.version else (f"alias {key.alias!r}" if key.alias else
-                                                                  "any version")
-            raise FailedPrecondition(f"{self.what} {key.name!r} has no registered {which}; train one first",
-                                     reason="MODEL_NOT_REGISTERED",
-                                     metadata={"model": key.name, "version": str(key.version),
-                                               "alias": key.alias}) from None
-
-    def _load(self, tenant_id: str, row: dict) -> Loaded:
-        tensors, config = self.registry.load_weights(tenant_id, row)
-        obj, fingerprint = self.builder(tensors, config, row)
-        return Loaded(obj, VersionInfo(row["name"], int(row["version"]), str(row["id"]), fingerprint), dict(config))
-
-    def _load_task(self, tenant_id: str, row: dict) -> asyncio.Future:
-        """The (shared) load of one version; the loaded model enters the cache even if no caller waits for it."""
-        vid = str(row["id"])
-        task = self._loading.get(vid)
-        if task is None:
-            async def run() -> Loaded:
-                try:
-                    loaded = await asyncio.to_thread(self._load, tenant_id, row)
-                    self._loaded[vid] = loaded
-                    self._loaded.move_to_end(vid)
-                    while len(self._loaded) > self.config.max_models:
-                        self._loaded.popitem(last=False)
-                    return loaded
-                finally:
-                    self._loading.pop(vid, None)
-            task = self._loading[vid] = asyncio.ensure_future(run())
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved"
-        return task
-
-    def _cached(self, vid: str) -> Loaded | None:
-        loaded = self._loaded.get(vid)
-        if loaded is not None:
-            self._loaded.move_to_end(vid)
-        return loaded
-
-    def _load_error(self, key: RefKey, exc: BaseException) -> PraxonError:
-        if isinstance(exc, PraxonError):
-            return exc
-        log.error("%s %s: loading failed", self.what, key.name, exc_info=exc)
-        return Unavailable(f"{self.what} {key.name!r} could not be loaded; retry later",
-                           retry_after_s=self.config.retry_after_s, reason="MODEL_LOAD_FAILED")
-
-    async def _refresh(self, key: RefKey, entry: _Entry, field: str) -> None:
-        """Background re-resolution of a followed alias: load the new version, then swap it in."""
-        try:
-            row = await asyncio.to_thread(self._resolve, key, field)
-            vid = str(row["id"])
-            if vid != entry.version_id:
-                loaded = self._cached(vid) or await asyncio.shield(self._load_task(key.tenant_id, row))
-                log.info("%s %s: now serving version %s (%s)", self.what, key.name, loaded.info.version,
-                         loaded.info.fingerprint)
-                if entry.version_id is not None:
-                    self.swaps += 1
-                entry.version_id = vid
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the served version stays; the next check tries again
-            log.warning("%s %s: refresh failed, still serving %s: %s", self.what, key.name, entry.version_id,
-                        self._load_error(key, exc).message)
-        finally:
-            entry.checked_at = time.monotonic()
-
-    def _current(self, entry: _Entry) -> Loaded | None:
-        if entry.version_id is None:
-            return None
-        loaded = self._cached(entry.version_id)
-        if loaded is None:  # evicted (LRU): resolved and loaded again on the next request
-            entry.version_id = None
-        return loaded
-
-    async def get(self, key: RefKey, *, field: str = "model", wait_s: float | None = None) -> Loaded:
-        """The model a reference serves now. A reference seen for the first time is resolved at once (a missing
-        model fails with FAILED_PRECONDITION), then its weights load; the caller waits up to `wait_s` (default
-        load_wait_s) for them, else gets Unavailable (MODEL_LOADING) with a retry delay while the load goes on."""
-        entry = self._entries.get(key)
-        if entry is None:
-            if len(self._entries) > 10_000:
-                self._entries.clear()
-            entry = self._entries[key] = _Entry()
-        current = self._current(entry)
-        if current is not None:
-            busy = entry.task is not None and not entry.task.done()
-            if not key.version and not busy and time.monotonic() - entry.checked_at >= self.config.alias_check_s:
-                entry.task = asyncio.ensure_future(self._refresh(key, entry, field))  # hot swap in the background
-            return current
-        row = await asyncio.to_thread(self._resolve, key, field)
-        vid = str(row["id"])
-        loaded = self._cached(vid)
-        if loaded is None:
-            wait = self.config.load_wait_s if wait_s is None else wait_s
-            try:
-                loaded = await asyncio.wait_for(asyncio.shield(self._load_task(key.tenant_id, row)), max(wait, 0))
-            except (asyncio.TimeoutError, TimeoutError):
-                raise Unavailable(f"{self.what} {key.name!r} version {row['version']} is loading; retry shortly",
-                                  retry_after_s=self.config.retry_after_s, reason="MODEL_LOADING") from None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise self._load_error(key, exc) from None
-        if entry.version_id is None:
-            entry.version_id, entry.checked_at = vid, time.monotonic()
-        return loaded
-
-    async def close(self) -> None:
-        for e in self._entries.values():
-            if e.task is not None and not e.task.done():
-                e.task.cancel()
-
-
-def ref_key(tenant_id: str, ref: Any, default_name: str) -> RefKey:
-    """A praxon.common.v1.ModelRef-like object (name, version, alias) -> RefKey; empty name -> the default."""
-    name = getattr(ref, "name", "") or default_name
-    version = int(getattr(ref, "version", 0) or 0)
-    alias = getattr(ref, "alias", "") or ""
-    return RefKey(tenant_id, name, version, alias)
-
-
-def parse_model_ref(text: str, default_name: str) -> tuple[str, int, str]:
-    """"name", "name:3" or "name@alias" -> (name, version, alias)."""
-    text = (text or "").strip() or default_name
-    if "@" in text:
-        name, _, alias = text.partition("@")
-        return name, 0, alias
-    if ":" in text:
-        name, _, ver = text.partition(":")
-        if not ver.isdigit() or int(ver) < 1:
-            raise InvalidArgument("model", "expected name, name:VERSION or name@ALIAS")
-        return name, int(ver), ""
-    return text, 0, ""
+def loaded(obj: Any, fingerprint: str, config: dict, row: dict) -> Loaded:
+    return Loaded(obj, VersionInfo(row["name"], int(row["version"]), str(row["id"]), fingerprint), dict(config))
 
 
 # ---------------------------------------------------------------------------------------------- batching
-@dataclass
-class _Item:
-    guard: Any
-    text: str
-    role: str
-    thresholds: Thresholds
-    future: asyncio.Future
+Item = tuple[Any, str, str, Thresholds]  # (guard, text, role, thresholds)
 
 
-def run_grouped(items: Sequence[tuple[Any, str, str, Thresholds]]) -> list[ModerationResult | BaseException]:
+def run_grouped(items: Sequence[Item]) -> list[ModerationResult | BaseException]:
     """moderate_batch over items grouped by (guard, thresholds), in input order. A failing group is retried item by
     item so that one bad text fails only its own request. Each text is encoded on its own (encoder.embed), so a
     result never depends on what else was in the batch."""
@@ -272,134 +79,50 @@ def run_grouped(items: Sequence[tuple[Any, str, str, Thresholds]]) -> list[Moder
     return out
 
 
-def default_batch_workers() -> int:
-    """Concurrent batches: two per group of torch threads (one computes while the other tokenizes / hands results
-    back), so that they fill the cores without oversubscribing them much."""
-    import os  # noqa: PLC0415
-
-    import torch  # noqa: PLC0415
-
-    return max(1, 2 * (os.cpu_count() or 1) // max(1, torch.get_num_threads()))
-
-
-class Batcher:
-    """Dynamic batching: concurrent requests are collected for up to max_wait_ms (or until max_batch texts), then
-    moderated together in a worker thread; each caller awaits its own future. Up to `workers` batches run at once
-    (each text is encoded on its own for exactness, so a batch saves dispatch overhead, not FLOPs, and several
-    batches in parallel use the cores); while they all run, new requests queue up and form the next batch."""
+class Batcher(serving.Batcher[Item, ModerationResult]):
+    """services.common.serving.Batcher over run_grouped. Up to `workers` batches run at once (0: two per group of
+    torch threads): each text is encoded on its own for exactness, so a batch saves dispatch overhead, not FLOPs,
+    and several batches in parallel use the cores."""
 
     def __init__(self, *, max_batch: int = 32, max_wait_ms: float = 2.0, workers: int = 0):
-        self.max_batch, self.max_wait_s = max(1, max_batch), max(0.0, max_wait_ms / 1000.0)
-        self.workers = workers
-        self._items: collections.deque[_Item] = collections.deque()
-        self._arrived: asyncio.Event | None = None
-        self._slots: asyncio.Semaphore | None = None
-        self._task: asyncio.Task | None = None
-        self._running: set[asyncio.Task] = set()
-        self.batches = 0
-        self.texts = 0
+        super().__init__(run_grouped, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=workers)
 
-    def _start(self) -> None:
-        if self._task is None or self._task.done():
-            self.workers = self.workers or default_batch_workers()
-            self._arrived = asyncio.Event()
-            self._slots = asyncio.Semaphore(self.workers)
-            self._task = asyncio.ensure_future(self._run())
+    @property
+    def texts(self) -> int:
+        return self.items
 
     async def submit(self, guard: Any, text: str, role: str, thresholds: Thresholds) -> ModerationResult:
-        self._start()
-        fut = asyncio.get_running_loop().create_future()
-        self._items.append(_Item(guard, text, role, thresholds, fut))
-        self._arrived.set()
-        return await fut
+        return await self.run((guard, text, role, thresholds))
 
     async def submit_many(self, guard: Any, texts: Sequence[str], roles: Sequence[str],
                           thresholds: Thresholds) -> list[ModerationResult]:
-        return list(await asyncio.gather(*(self.submit(guard, t, r, thresholds) for t, r in zip(texts, roles, strict=False))))
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._items:
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
-            deadline = loop.time() + self.max_wait_s
-            while len(self._items) < self.max_batch:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
-                except (asyncio.TimeoutError, TimeoutError):
-                    break
-            await self._slots.acquire()  # all workers busy: requests keep queueing meanwhile
-            # share the queue among the workers (a batch runs its texts one after another in one thread)
-            take = min(self.max_batch, -(-len(self._items) // self.workers))
-            batch = [self._items.popleft() for _ in range(take)]
-            batch = [b for b in batch if not b.future.done()]  # callers that gave up (deadline, cancel)
-            if not batch:
-                self._slots.release()
-                continue
-            self.batches += 1
-            self.texts += len(batch)
-            task = asyncio.ensure_future(self._execute(batch))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-
-    async def _execute(self, batch: list[_Item]) -> None:
-        try:
-            results = await asyncio.to_thread(run_grouped, [(b.guard, b.text, b.role, b.thresholds) for b in batch])
-        except Exception as exc:  # noqa: BLE001 - never leave a caller hanging
-            results = [exc] * len(batch)
-        finally:
-            self._slots.release()
-        for b, r in zip(batch, results, strict=False):
-            if b.future.done():
-                continue
-            if isinstance(r, BaseException):
-                b.future.set_exception(r)
-            else:
-                b.future.set_result(r)
-
-    async def close(self) -> None:
-        for task in [self._task, *self._running]:
-            if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                    pass
-        for b in self._items:
-            if not b.future.done():
-                b.future.set_exception(Unavailable("server shutting down", retry_after_s=1.0))
-        self._items.clear()
+        return await self.run_many([(guard, t, r, thresholds) for t, r in zip(texts, roles, strict=True)])
 
 
 # ---------------------------------------------------------------------------------------------- builders
-def build_guard(tensors: dict, config: dict, row: dict) -> tuple[Any, str]:
+# (tensors, config, version row) -> Loaded: the builders of this service's ModelCaches (blocking).
+def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
     from services.moderation.guard import GuardModel  # noqa: PLC0415 - torch/transformers only when serving
 
     guard = GuardModel.from_registry(tensors, config)
-    return guard, guard.version
+    return loaded(guard, guard.version, config, row)
 
 
-def build_scorer(tensors: dict, config: dict, row: dict) -> tuple[Any, str]:
+def build_scorer(tensors: dict, config: dict, row: dict) -> Loaded:
     import hashlib  # noqa: PLC0415
 
     from services.moderation.policies import PolicyScorer  # noqa: PLC0415
 
     scorer = PolicyScorer.from_registry(tensors, config)
     digest = hashlib.sha256(scorer.w.tobytes() + repr(scorer.b).encode()).hexdigest()[:16]
-    return scorer, f"sha256:{digest}"
+    return loaded(scorer, f"sha256:{digest}", config, row)
 
 
-def build_conformal(tensors: dict, config: dict, row: dict) -> tuple[Any, str]:
+def build_conformal(tensors: dict, config: dict, row: dict) -> Loaded:
     try:
         from services.moderation.conformal import ConformalSeverity  # noqa: PLC0415
     except ImportError:
         raise FailedPrecondition("conformal calibration is not available in this build",
                                  reason="CALIBRATION_UNAVAILABLE") from None
     cal = ConformalSeverity.from_registry(tensors, config)
-    return cal, f"conformal:{row['id']}"
+    return loaded(cal, f"conformal:{row['id']}", config, row)

@@ -16,6 +16,7 @@ from services.common.jobkinds import JOB_KINDS
 from services.common.jobs import parse_uuid
 from services.common.registry import check_model_name
 from services.common.server import AppContext, current_tenant
+from services.common.serving import ModelCache, ref_key
 from services.recommendation.serving import (
     EMPTY_HISTORY,
     MODEL,
@@ -23,10 +24,9 @@ from services.recommendation.serving import (
     POPULARITY_MODEL,
     Batcher,
     Loaded,
-    ModelCache,
-    RefKey,
     Row,
     ServingConfig,
+    build_loaded,
     check_k,
     check_k_for,
     check_query,
@@ -115,7 +115,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
     def __init__(self, app: AppContext, config: ServingConfig | None = None):
         self.app = app
         self.config = config or ServingConfig()
-        self.models = ModelCache(app.registry, self.config)
+        self.models = ModelCache(app.registry, build_loaded, self.config, what="recommendation model")
         self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms)
 
     async def close(self) -> None:
@@ -186,8 +186,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
 
     # -- scoring
     async def _model(self, ref) -> Loaded:
-        key = RefKey(current_tenant(), ref.name or self.config.default_model, ref.version, ref.alias)
-        return await self.models.get(key, field="model")
+        return await self.models.get(ref_key(current_tenant(), ref, self.config.default_model), field="model")
 
     async def Recommend(self, request, context):
         k = check_k(request.k, self.config)

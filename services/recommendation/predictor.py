@@ -123,7 +123,7 @@ class RecommendationPredictor(Model):
 def build(settings, tenant_id: str, model_ref: str) -> RecommendationPredictor:
     """PREDICTORS["recommendation"]: a ready predictor for a registered model ("name", "name:3" or "name@alias";
     the default alias "production", else the latest version), loaded from the registry now."""
-    from services.recommendation.serving import parse_model_ref  # noqa: PLC0415
+    from services.common.serving import RefKey, parse_model_ref  # noqa: PLC0415
 
     config = ServingConfig()
     name, version, alias = parse_model_ref(model_ref, config.default_model)
@@ -131,15 +131,15 @@ def build(settings, tenant_id: str, model_ref: str) -> RecommendationPredictor:
     def loader() -> Loaded:
         from services.common import db  # noqa: PLC0415
         from services.common.registry import Registry  # noqa: PLC0415
+        from services.common.serving import ModelCache  # noqa: PLC0415
         from services.common.store import ArtifactStore  # noqa: PLC0415
-        from services.recommendation.serving import ModelCache, RefKey, build_loaded  # noqa: PLC0415
+        from services.recommendation.serving import build_loaded  # noqa: PLC0415
 
         pool = db.create_pool(settings, max_size=2)
         try:
             registry = Registry(pool, ArtifactStore(settings))
-            row = ModelCache(registry, config).resolve(RefKey(tenant_id, name, version, alias))
-            tensors, cfg = registry.load_weights(tenant_id, row)
-            return build_loaded(tensors, cfg, row)
+            return ModelCache(registry, build_loaded, config, what="recommendation model").load_now(
+                RefKey(tenant_id, name, version, alias))
         finally:
             pool.close()
 

@@ -74,8 +74,8 @@ def format_certificate(c: pb.Certificate) -> str:
             f"gradient evaluations={c.gradient_evaluations} final |grad|={c.final_gradient_norm:.3g} start={c.start}")
 
 
-def print_record(rec: pb.UnlearningRecord, out=sys.stdout) -> None:
-    w = out.write
+def print_record(rec: pb.UnlearningRecord, out=None) -> None:
+    w = (out or sys.stdout).write  # looked up at call time, so redirected stdout is honoured
     w(f"record {rec.id}  {state_name(rec.state)}  method={pb.Method.Name(rec.method).removeprefix('METHOD_').lower()}\n")
     w(f"  requested by token {rec.requester.token_name or '-'} ({rec.requester.token_id or '-'}) "
       f"at {rec.create_time.ToDatetime():%Y-%m-%d %H:%M:%S}Z; reason: {rec.reason or '-'}\n")

@@ -33,7 +33,7 @@ def test_killed_worker_job_resumes_from_checkpoint_once(broker_settings, tenants
         killed_at = harness.job_row(s, job["id"])["progress"]
         workers(s)
         row = harness.wait_for(lambda: (r := harness.job_row(s, job["id"]))["state"] in ("SUCCEEDED", "FAILED") and r,
-                               180, what="job to finish on the second worker")
+                               300, what="job to finish on the second worker")
         assert row["state"] == "SUCCEEDED", row["error_message"]
         starts = row["result"]["starts"]
         assert starts[0] == 0 and len(starts) == 2 and 0 < starts[1] <= round(killed_at * 24) + 1, starts
