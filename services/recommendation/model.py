@@ -1,13 +1,14 @@
 """PreferDiff (and DreamRec = PreferDiff with lam = 1), SASRec with full-catalogue cross-entropy, popularity.
 
 Follows /work/shared/algorithms/recommendation.md and the reference code (github lswhim/PreferDiff):
-- history encoder: SASRec (learned positions, causal self-attention, 1 layer / 2 heads by default); the condition h
+- history encoder: the reference's SASRec (learned positions, causal self-attention, 1 layer / 2 heads); the condition h
   is the hidden state at the last real position. Histories are right-padded with item index 0.
 - denoiser f(x_t, h, t) predicts x_0: one Linear over concat[x_t, h, MLP(sinusoidal(t))].
 - item embeddings: one learned table (index 0 = padding) used both for the history and as diffusion targets x_0.
 - classifier-free guidance: in training h is replaced by a learned null vector with probability p_null (0.1);
   at sampling x0_hat = (1 + w) f(x, h, t) - w f(x, null, t).
-- diffusion: T = 2000, linear betas 1e-4..0.02; deterministic DDIM (eta = 0) over `sample_steps` sub-steps.
+- diffusion: T = 2000, linear betas 1e-4..0.02; deterministic DDIM (eta = 0) over `sample_steps` strides plus a
+  final x0-prediction at t = 0 (reference: ddim_step = T / sample_steps, T / ddim_step + 1 denoiser calls).
 - loss: centroid negative e_bar = mean of the other in-batch targets; x+_t and e_bar_t at the same t with
   independent noise; cos_err(a, b) = mean over the batch of (cos(a, b) - 1)^2;
   L = -(1 - lam) log sigmoid(-gamma (L_pos - L_neg)) + lam L_pos.  (As in the reference, L_pos and L_neg are
@@ -123,29 +124,54 @@ def sinusoidal(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------------- networks
 class _Block(nn.Module):
+    """The reference's transformer layer (modules.py: TransformerEncoder / MultiHeadAttention /
+    PositionwiseFeedForward), kept as written there:
+    - queries come from LayerNorm(x) but keys and values from the raw (masked) x; scores are scaled by
+      1/sqrt(dim) (the full hidden size, not the head size); padded keys and future positions are masked,
+      padded queries zeroed; dropout on the attention weights; the attention output gets the normalised queries
+      added back (its own residual) before the outer residual;
+    - feed-forward (two width-`dim` position-wise layers, ReLU) on LayerNorm(x), with dropout and its own
+      LayerNorm(out + in); zeroed at padded positions; outer residual; the layer returns LayerNorm(x).
+    The attention projections get Xavier-uniform weights and zero biases, as in the reference's init."""
+
     def __init__(self, dim: int, heads: int, dropout: float):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
         self.ln2 = nn.LayerNorm(dim)
-        self.ff = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, dim))
-        self.drop = nn.Dropout(dropout)
-        self.p = dropout
+        self.ln3 = nn.LayerNorm(dim)
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        for lin in (self.q, self.k, self.v):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+        self.attn_drop = nn.Dropout(dropout)
+        self.ff = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.Dropout(dropout))
+        self.ff_ln = nn.LayerNorm(dim)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        # Right padding + causal mask: a real position only ever attends to real positions before it.
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
-        x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, n, d)))
-        x = x + self.drop(self.ff(self.ln2(x)))
-        return x * mask
+        hd = d // self.heads
+        x = x * mask
+        qn = self.ln1(x)
+        q = self.q(qn).view(b, n, self.heads, hd).transpose(1, 2)
+        k = self.k(x).view(b, n, self.heads, hd).transpose(1, 2)
+        v = self.v(x).view(b, n, self.heads, hd).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        real = mask[..., 0] > 0  # [b, n]
+        allowed = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()[None, None] & real[:, None, None, :]
+        att = torch.softmax(scores.masked_fill(~allowed, -1e9), dim=-1) * mask[:, None]  # zero padded queries
+        att = self.attn_drop(att)
+        x = x + (att @ v).transpose(1, 2).reshape(b, n, d) + qn
+        y = self.ln2(x)
+        x = x + self.ff_ln(self.ff(y) + y) * mask
+        return self.ln3(x)
 
 
 class SequenceEncoder(nn.Module):
-    """SASRec: item + learned position embeddings, causal transformer; returns the state at the last item."""
+    """SASRec as in the reference (models/SASRec/_model.py): item + learned position embeddings (both N(0, 1)
+    initialised, no scaling), embedding dropout, the reference's layers; returns the state at the last item."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -156,7 +182,6 @@ class SequenceEncoder(nn.Module):
         self.pos_emb = nn.Embedding(cfg.max_history, cfg.dim)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(_Block(cfg.dim, cfg.heads, cfg.dropout) for _ in range(cfg.layers))
-        self.ln = nn.LayerNorm(cfg.dim)
 
     def forward(self, history: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         n = history.shape[1]
@@ -165,7 +190,6 @@ class SequenceEncoder(nn.Module):
         x = self.drop(x) * mask
         for blk in self.blocks:
             x = blk(x, mask)
-        x = self.ln(x)
         idx = (lengths.clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
         return x.gather(1, idx).squeeze(1)
 

@@ -102,8 +102,10 @@ def test_linear_schedule_and_ddim_steps():
     assert a.shape == (2000,)
     assert_close(a[0], torch.tensor(1 - 1e-4))
     assert bool((a[1:] < a[:-1]).all()) and float(a[-1]) < 1e-4
+    # As the reference (ddim_step = T / 20): 20 strides 1999, 1899, ..., 99, then a last x0-prediction at t = 0.
     ts = ddim_timesteps(2000, 20)
-    assert len(ts) == 20 and ts[0] == 1999 and ts[-1] == 99 and ts == sorted(ts, reverse=True)
+    assert len(ts) == 21 and ts[0] == 1999 and ts[-2] == 99 and ts[-1] == 0 and ts == sorted(ts, reverse=True)
+    assert ddim_timesteps(10, 10) == list(range(9, -1, -1))  # no duplicate t = 0 when every step is visited
 
 
 def test_ddim_with_an_oracle_x0_predictor_returns_x0():
