@@ -79,13 +79,14 @@ def cmd_check(args) -> None:
 
 def _watch_job(target, job, what: str) -> None:
     from services.cli.client import state_name, watch  # noqa: PLC0415
+    from services.common.convert import from_struct  # noqa: PLC0415
 
     print(f"started {what} job {job.id}")
     job = watch(target, job.id)
     if state_name(job.state) != "SUCCEEDED":
         raise SystemExit(f"{what} job ended {state_name(job.state)}: {job.error.reason} {job.error.message}")
     models = ", ".join(f"{m.name} v{m.version}" for m in job.models)
-    metrics = " ".join(f"{k}={v:.3f}" for k, v in sorted(dict(job.result.get("metrics", {})).items()))
+    metrics = " ".join(f"{k}={v:.3f}" for k, v in sorted(from_struct(job.result).get("metrics", {}).items()))
     print(f"registered {models} {metrics}")
 
 
@@ -233,6 +234,7 @@ def demo(target) -> None:
     from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
     from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
     from services.cli.client import state_name, watch  # noqa: PLC0415
+    from services.common.convert import from_struct  # noqa: PLC0415
 
     stub = _stub(target)
     job = stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(model_name="guard",
@@ -243,7 +245,7 @@ def demo(target) -> None:
     if state_name(job.state) != "SUCCEEDED":
         raise SystemExit(f"guard training ended {state_name(job.state)}: {job.error.message}")
     version = job.models[0].version
-    metrics = dict(job.result.get("metrics", {}))
+    metrics = from_struct(job.result).get("metrics", {})
     print(f"registered guard v{version}: " + " ".join(f"{k}={v:.3f}" for k, v in sorted(metrics.items())))
     models_pb2_grpc.ModelRegistryServiceStub(target.channel()).SetAlias(
         models_pb2.SetAliasRequest(name="guard", alias="production", version=version), metadata=target.metadata)

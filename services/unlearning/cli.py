@@ -12,6 +12,7 @@ from praxon.common.v1 import common_pb2
 from praxon.models.v1 import models_pb2, models_pb2_grpc
 from praxon.unlearning.v1 import unlearning_pb2 as pb
 from praxon.unlearning.v1 import unlearning_pb2_grpc
+from services.common.convert import from_struct
 from services.cli.client import Target, resolve_target, state_name, watch
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
@@ -119,7 +120,7 @@ def cmd_train(args) -> None:
     job = _finish(target, _stub(target).StartTrainingJob(req, metadata=target.metadata).job, not args.no_wait)
     if job.state == common_pb2.JOB_STATE_SUCCEEDED:
         print(f"trained {', '.join(f'{m.name} v{m.version}' for m in job.models)}: "
-              f"{json.dumps(dict(job.result.get('metrics', {})), sort_keys=True)}")
+              f"{json.dumps(from_struct(job.result).get('metrics', {}), sort_keys=True)}")
 
 
 def _ids(args) -> list[str]:
