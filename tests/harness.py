@@ -196,3 +196,28 @@ def weed_server(tmp: Path, bucket_hint: str = ""):
         yield weed
     finally:
         weed.stop()
+
+
+def wait_job(jobs_stub, token: str, job_id: str, timeout: float = 240):
+    """The job once it reached a terminal state, read through JobService.GetJob."""
+    from praxon.common.v1 import common_pb2
+    from praxon.jobs.v1 import jobs_pb2
+
+    def done():
+        j = jobs_stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(token)).job
+        return j if j.state not in (common_pb2.JOB_STATE_QUEUED, common_pb2.JOB_STATE_RUNNING) else None
+    return wait_for(done, timeout=timeout, interval=0.3, what=f"job {job_id}")
+
+
+def call_retrying(method, request, md, timeout: float = 90, call_timeout: float = 60):
+    """Calls `method`, retrying UNAVAILABLE answers after the delay their RetryInfo gives (as a client should)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return method(request, metadata=md, timeout=call_timeout)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            _, _, _, retry = rpc_error_details(err)
+            assert retry is not None, "UNAVAILABLE without RetryInfo"
+            time.sleep(min(retry.retry_delay.ToTimedelta().total_seconds(), 0.2))

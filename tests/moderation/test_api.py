@@ -7,7 +7,6 @@ import dataclasses
 import os
 import random
 import threading
-import time
 import uuid
 
 import grpc
@@ -19,6 +18,8 @@ from praxon.models.v1 import models_pb2, models_pb2_grpc
 from praxon.moderation.v1 import moderation_pb2 as pb
 from praxon.moderation.v1 import moderation_pb2_grpc
 from tests import harness
+from tests.harness import call_retrying as call
+from tests.harness import wait_job
 from tests.harness import auth, rpc_error_details
 
 MiB = 1 << 20
@@ -78,27 +79,6 @@ class Env:
     @property
     def servicer(self):
         return self.server.app.extras["moderation_servicer"]
-
-
-def wait_job(jobs, token, job_id, timeout=240):
-    def done():
-        j = jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(token)).job
-        return j if j.state not in (common_pb2.JOB_STATE_QUEUED, common_pb2.JOB_STATE_RUNNING) else None
-    return harness.wait_for(done, timeout=timeout, interval=0.3, what=f"job {job_id}")
-
-
-def call(method, request, md, timeout=90):
-    """Calls `method`, retrying UNAVAILABLE answers after the delay their RetryInfo gives (as a client should)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return method(request, metadata=md, timeout=60)
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                raise
-            _, _, _, retry = rpc_error_details(err)
-            assert retry is not None, "UNAVAILABLE without RetryInfo"
-            time.sleep(min(retry.retry_delay.ToTimedelta().total_seconds(), 0.2))
 
 
 @pytest.fixture(scope="session")

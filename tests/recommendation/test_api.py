@@ -10,7 +10,6 @@ import os
 import socket
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 
@@ -25,6 +24,8 @@ from praxon.models.v1 import models_pb2, models_pb2_grpc
 from praxon.recommendation.v1 import recommendation_pb2 as pb
 from praxon.recommendation.v1 import recommendation_pb2_grpc
 from tests import harness
+from tests.harness import call_retrying as call
+from tests.harness import wait_job
 from tests.harness import auth, rpc_error_details
 
 SYNTH = dict(n_users=400, n_items=60, n_clusters=4, min_len=5, max_len=12, synthetic_seed=1)
@@ -88,27 +89,6 @@ class Env:
         reg = self.server.app.registry
         row = reg.resolve(self.tenant_id, name, version)
         return load_recommender(*reg.load_weights(self.tenant_id, row))
-
-
-def wait_job(jobs, token, job_id, timeout=120):
-    def done():
-        j = jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(token)).job
-        return j if j.state not in (common_pb2.JOB_STATE_QUEUED, common_pb2.JOB_STATE_RUNNING) else None
-    return harness.wait_for(done, timeout=timeout, interval=0.2, what=f"job {job_id}")
-
-
-def call(method, request, md, timeout=60):
-    """Calls `method`, retrying UNAVAILABLE answers after the delay their RetryInfo gives (as a client should)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return method(request, metadata=md, timeout=30)
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                raise
-            _, _, _, retry = rpc_error_details(err)
-            assert retry is not None, "UNAVAILABLE without RetryInfo"
-            time.sleep(min(retry.retry_delay.ToTimedelta().total_seconds(), 0.2))
 
 
 @pytest.fixture(scope="module")
