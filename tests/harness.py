@@ -73,6 +73,38 @@ def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: 
     return s
 
 
+_brokers_in_use: set[str] = set()
+
+
+def private_broker(settings: Settings) -> Settings:
+    """A copy of settings on a Redis database of its own, so a long-lived worker started with it consumes only the
+    jobs of the server started with it (other fixtures' workers cannot claim them)."""
+    base, _, current = settings.broker_url.get_secret_value().rpartition("/")
+    _brokers_in_use.add(current)
+    free = [str(n) for n in range(1, 16) if str(n) not in _brokers_in_use]
+    if not free:
+        raise RuntimeError("no free Redis database for a private broker")
+    _brokers_in_use.add(free[0])
+    copy = settings.model_copy(deep=True)
+    copy.broker_url = type(settings.broker_url)(f"{base}/{free[0]}")
+    return copy
+
+
+@contextmanager
+def private_platform(settings: Settings):
+    """Settings on a PostgreSQL database and a Redis database of their own. A test module that keeps a worker
+    running for all its tests uses this, so that worker (and its lease reaper, which re-queues any expired job
+    it finds in the job table onto its own broker) never touches another module's jobs."""
+    url = create_database()
+    db.migrate(Settings(database_url=url))
+    private = private_broker(settings)
+    private.database_url = type(settings.database_url)(url)
+    try:
+        yield private
+    finally:
+        drop_database(url)
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The PRAXON_* variables a subprocess needs to see the same settings."""
     j = settings.jobs

@@ -81,7 +81,14 @@ class Env:
         return self.server.app.extras["moderation_servicer"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def settings(settings):
+    """This module's own database and broker: its long-lived worker sees only this module's jobs."""
+    with harness.private_platform(settings) as private:
+        yield private
+
+
+@pytest.fixture(scope="module")
 def mod_env(settings, tmp_path_factory):
     from services.moderation.serving import ServingConfig
 
@@ -94,7 +101,7 @@ def mod_env(settings, tmp_path_factory):
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        worker = harness.Worker(settings, tmp_path_factory.mktemp("moderation-worker"), queues="training,calibration")
+        worker = harness.Worker(s, tmp_path_factory.mktemp("moderation-worker"), queues="training,calibration")
     finally:
         os.environ.pop("OMP_NUM_THREADS") if saved is None else os.environ.__setitem__("OMP_NUM_THREADS", saved)
     ch = grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", 8 * MiB),
@@ -151,7 +158,7 @@ def guard_ref(version=1):
     return common_pb2.ModelRef(name="guard", version=version)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_guard(mod_env):
     """The same registered guard v1, loaded in the test process (the reference for bit-identical checks)."""
     from services.moderation.guard import GuardModel

@@ -92,6 +92,13 @@ class Env:
 
 
 @pytest.fixture(scope="module")
+def settings(settings):
+    """This module's own database and broker: its long-lived worker sees only this module's jobs."""
+    with harness.private_platform(settings) as private:
+        yield private
+
+
+@pytest.fixture(scope="module")
 def env(settings, tmp_path_factory):
     from services.recommendation.serving import ServingConfig
 

@@ -45,6 +45,19 @@ def _wait(settings, job_id: str, timeout: float = 120) -> dict:
 
 
 @pytest.fixture(scope="module")
+def settings(settings):
+    """This module's own database and broker: its long-lived worker sees only this module's jobs."""
+    with harness.private_platform(settings) as private:
+        yield private
+
+@pytest.fixture(scope="module")
+def tenants(settings):
+    """Two tenants with a token each, in this module's database."""
+    suffix = uuid.uuid4().hex[:6]
+    return {"a": harness.token_for(settings, f"tenant-a-{suffix}"), "b": harness.token_for(settings, f"tenant-b-{suffix}")}
+
+
+@pytest.fixture(scope="module")
 def env(settings, tenants, tmp_path_factory):
     server = harness.PlatformServer(settings, ["platform", "unlearning"])
     worker = harness.Worker(settings, tmp_path_factory.mktemp("ul-workers"), QUEUES)
@@ -62,7 +75,8 @@ def env(settings, tenants, tmp_path_factory):
     row = _wait(settings, job.id, 180)
     e = SimpleNamespace(server=server, worker=worker, channel=channel, stub=stub, tenant=tenant, token=token,
                         ds=ds, ev=ev, ids=ids, name=name, v1=row["result"]["model_version_id"],
-                        registry=models_pb2_grpc.ModelRegistryServiceStub(channel), log_dir=worker.log.parent)
+                        registry=models_pb2_grpc.ModelRegistryServiceStub(channel), log_dir=worker.log.parent,
+                        settings=settings)
     yield e
     e.worker.stop()
     channel.close()
@@ -275,7 +289,7 @@ def test_killed_unlearning_job_resumes_and_its_record_is_written_once(env, setti
     wait_for(lambda: job_row(settings, resp.job.id)["progress"] >= 0.1, 120, interval=0.05, what="unlearning progress")
     env.worker.kill9()
     killed_at = job_row(settings, resp.job.id)["progress"]
-    env.worker = harness.Worker(settings, env.log_dir, QUEUES)
+    env.worker = harness.Worker(env.settings, env.log_dir, QUEUES)
     row = _wait(settings, resp.job.id, 180)
     assert row["attempts"] == 2 and killed_at < 1.0
     with db.connect(settings) as conn:
