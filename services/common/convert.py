@@ -34,6 +34,13 @@ def from_struct(value: struct_pb2.Struct) -> dict[str, Any]:
     return json_format.MessageToDict(value)
 
 
+def enum_of(table: dict[int, Any], value: int, field: str) -> Any:
+    """The domain value for a proto enum number; unknown or unlisted numbers are the caller's error."""
+    if value not in table:
+        raise InvalidArgument(field, f"unknown value {value}")
+    return table[value]
+
+
 def state_filter(states, field: str = "states") -> list[str]:
     out = []
     for i, s in enumerate(states):

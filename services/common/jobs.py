@@ -16,7 +16,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from services.common.errors import InvalidArgument, NotFound
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.jobkinds import JOB_KINDS
 from services.common.queue import RUN_JOB_TASK
 
@@ -75,10 +75,11 @@ class JobStore:
         """Insert the job (QUEUED) and commit, then enqueue. The same idempotency key returns the same job.
         `in_transaction(conn, job_row)` runs inside the inserting transaction (only for a new job), so rows a
         service keeps about the request (e.g. an audit record) exist if and only if the job does."""
-        if kind not in JOB_KINDS:
-            raise InvalidArgument("kind", f"unknown job kind {kind!r}")
-        if len(idempotency_key) > 200:
-            raise InvalidArgument("idempotency_key", "at most 200 characters")
+        if kind not in JOB_KINDS:  # the kind is the service's choice, not the caller's input
+            raise FailedPrecondition(f"job kind {kind} is not available in this deployment",
+                                     reason="JOB_KIND_UNAVAILABLE")
+        if len(idempotency_key) > 200 or not idempotency_key.isprintable():
+            raise InvalidArgument("idempotency_key", "at most 200 printable characters")
         queue = JOB_KINDS[kind].queue
         with self.pool.connection() as conn:
             row = conn.execute(

@@ -14,7 +14,6 @@ from praxon.moderation.v1 import moderation_pb2 as pb
 from praxon.moderation.v1 import moderation_pb2_grpc
 from services.common import convert
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidArgument
-from services.common.jobkinds import JOB_KINDS
 from services.common.jobs import page_size
 from services.common.registry import check_model_name
 from services.common.server import AppContext, current_tenant
@@ -89,11 +88,6 @@ def role_of(value: int, field: str, default: str) -> str:
         raise InvalidArgument(field, f"unknown role {value}")
     return ROLE_NAMES[value]
 
-
-def enum_of(table: dict[int, str], value: int, field: str) -> str:
-    if value not in table:
-        raise InvalidArgument(field, f"unknown value {value}")
-    return table[value]
 
 
 def policy_threshold(value: float, field: str = "policy_threshold") -> float:
@@ -399,23 +393,17 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
 
     # -- jobs
     def _dataset(self, tenant: str, artifact_id: str, fmt: int, params: dict) -> None:
-        params["format"] = enum_of(FORMATS, fmt, "format")
+        params["format"] = convert.enum_of(FORMATS, fmt, "format")
         if artifact_id:
             self.app.registry.get_artifact(tenant, artifact_id, "dataset_artifact_id")  # NOT_FOUND early
             params["dataset_artifact_id"] = artifact_id
-
-    def _submit(self, tenant: str, kind: str, params: dict, key: str) -> dict:
-        if kind not in JOB_KINDS:
-            raise FailedPrecondition(f"job kind {kind} is not available in this deployment",
-                                     reason="JOB_KIND_UNAVAILABLE")
-        return self.app.jobs.submit(tenant, kind, params, key)
 
     async def StartGuardTrainingJob(self, request, context):
         from services.moderation.jobs import GuardTrainParams  # noqa: PLC0415
 
         tenant = current_tenant()
         params: dict[str, Any] = {"model_name": check_model_name(request.model_name or "guard", "model_name"),
-                                  "kind": enum_of(KINDS, request.kind, "kind")}
+                                  "kind": convert.enum_of(KINDS, request.kind, "kind")}
         for f in ("l2", "max_iter", "epochs", "trainable_layers", "lr", "head_lr", "batch_size", "seed",
                   "validation_fraction"):
             if request.HasField(f):
@@ -427,7 +415,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
 
         def work():
             self._dataset(tenant, request.dataset_artifact_id, request.format, params)
-            return self._submit(tenant, "moderation.train_guard", params, request.idempotency_key)
+            return self.app.jobs.submit(tenant, "moderation.train_guard", params, request.idempotency_key)
         return pb.StartGuardTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     async def StartPolicyScorerTrainingJob(self, request, context):
@@ -442,7 +430,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
 
         def work():
             self._dataset(tenant, request.dataset_artifact_id, request.format, params)
-            return self._submit(tenant, "moderation.train_policy_scorer", params, request.idempotency_key)
+            return self.app.jobs.submit(tenant, "moderation.train_policy_scorer", params, request.idempotency_key)
         return pb.StartPolicyScorerTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     async def StartCalibrationJob(self, request, context):
@@ -460,7 +448,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         if request.HasField("alpha"):
             params["alpha"] = request.alpha
         if request.metric != pb.FAIRNESS_METRIC_UNSPECIFIED:
-            params["metric"] = enum_of(METRICS, request.metric, "metric")
+            params["metric"] = convert.enum_of(METRICS, request.metric, "metric")
         if request.HasField("tolerance"):
             params["tolerance"] = request.tolerance
         if request.group_field:
@@ -473,7 +461,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             self._dataset(tenant, request.dataset_artifact_id, request.format, params)
             params["guard_model_version_id"] = str(row["id"])
             self._check_params(CalibrationParams.parse, params, set(extra))
-            return self._submit(tenant, "moderation.calibrate", params, request.idempotency_key)
+            return self.app.jobs.submit(tenant, "moderation.calibrate", params, request.idempotency_key)
         return pb.StartCalibrationJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     async def StartDistillationJob(self, request, context):
@@ -496,7 +484,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             self._dataset(tenant, request.dataset_artifact_id, request.format, params)
             params["teacher_model_version_id"] = str(row["id"])
             self._check_params(DistillParams.parse, params, set(extra))
-            return self._submit(tenant, "moderation.distill", params, request.idempotency_key)
+            return self.app.jobs.submit(tenant, "moderation.distill", params, request.idempotency_key)
         return pb.StartDistillationJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     @staticmethod

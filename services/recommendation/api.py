@@ -11,8 +11,7 @@ import grpc
 from praxon.recommendation.v1 import recommendation_pb2 as pb
 from praxon.recommendation.v1 import recommendation_pb2_grpc
 from services.common import convert
-from services.common.errors import FailedPrecondition, FieldViolation, InvalidArgument
-from services.common.jobkinds import JOB_KINDS
+from services.common.errors import FieldViolation, InvalidArgument
 from services.common.jobs import parse_uuid
 from services.common.registry import check_model_name
 from services.common.server import AppContext, current_tenant
@@ -47,11 +46,6 @@ SYNTH_FIELDS = [f.name for f in pb.SyntheticOptions.DESCRIPTOR.fields]
 MAX_INT32 = 2 ** 31 - 1
 
 
-def enum_of(table: dict[int, Any], value: int, field: str) -> Any:
-    if value not in table:
-        raise InvalidArgument(field, f"unknown value {value}")
-    return table[value]
-
 
 def _synthetic_params(opts: pb.SyntheticOptions) -> dict[str, Any]:
     """The generator's bounds, checked now so a bad request is INVALID_ARGUMENT rather than a failed job."""
@@ -74,7 +68,7 @@ def _synthetic_params(opts: pb.SyntheticOptions) -> dict[str, Any]:
 
 def train_params(request: pb.StartTrainingJobRequest) -> dict[str, Any]:
     """Request -> job params, validated with the job's own parser (fields named as in the request)."""
-    params: dict[str, Any] = {"model_kind": enum_of(KINDS, request.model_kind, "model_kind")}
+    params: dict[str, Any] = {"model_kind": convert.enum_of(KINDS, request.model_kind, "model_kind")}
     for f in TRAIN_FIELDS:
         if request.params.HasField(f):
             params[f] = getattr(request.params, f)
@@ -122,12 +116,6 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
         await self.batcher.close()
         await self.models.close()
 
-    def _submit(self, tenant: str, kind: str, params: dict, key: str) -> dict:
-        if kind not in JOB_KINDS:
-            raise FailedPrecondition(f"job kind {kind} is not available in this deployment",
-                                     reason="JOB_KIND_UNAVAILABLE")
-        return self.app.jobs.submit(tenant, kind, params, key)
-
     # -- jobs
     async def StartImportInteractionsJob(self, request, context):
         tenant, params = current_tenant(), {}
@@ -144,7 +132,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
                 params.update(_synthetic_params(request.synthetic))
         else:
             params["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
-            if fmt := enum_of(FORMATS, request.format, "format"):
+            if fmt := convert.enum_of(FORMATS, request.format, "format"):
                 params["format"] = fmt
         if request.HasField("seed"):
             if not 0 <= request.seed <= MAX_INT32:
@@ -162,7 +150,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
         def work():
             if "artifact_id" in params:
                 self.app.registry.get_artifact(tenant, params["artifact_id"], "artifact_id")  # NOT_FOUND now
-            return self._submit(tenant, IMPORT_KIND, params, request.idempotency_key)
+            return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
         return pb.StartImportInteractionsJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     async def StartTrainingJob(self, request, context):
@@ -181,7 +169,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
             if art["content_type"] != DATASET_CONTENT_TYPE:
                 raise InvalidArgument("dataset_artifact_id", f"artifact {art['name']!r} is not a recommendation "
                                       "dataset; import interactions first (StartImportInteractionsJob)")
-            return self._submit(tenant, TRAIN_KIND, params, request.idempotency_key)
+            return self.app.jobs.submit(tenant, TRAIN_KIND, params, request.idempotency_key)
         return pb.StartTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     # -- scoring
