@@ -39,6 +39,8 @@ CASES = [
      jobs_pb2.ListJobsRequest(page_size=100000), "page_size"),
     ("steps out of range", lambda c: jobs_pb2_grpc.JobServiceStub(c).StartSelfTestJob,
      jobs_pb2.StartSelfTestJobRequest(steps=0), "steps"),
+    ("unprintable idempotency key", lambda c: jobs_pb2_grpc.JobServiceStub(c).StartSelfTestJob,
+     jobs_pb2.StartSelfTestJobRequest(steps=1, idempotency_key="key\x00"), "idempotency_key"),
     ("oversize message", lambda c: jobs_pb2_grpc.JobServiceStub(c).StartSelfTestJob,
      jobs_pb2.StartSelfTestJobRequest(steps=1, idempotency_key="k" * (1024 * 1024 + 10)), "idempotency_key"),
     ("missing model name", lambda c: models_pb2_grpc.ModelRegistryServiceStub(c).GetModelVersion,
