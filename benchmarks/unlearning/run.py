@@ -73,13 +73,13 @@ def convex_rows(args) -> list[dict]:
             for dist in ("ID", "OOD"):
                 yy = y if dist == "ID" else shift_labels(y, idx, num_classes=1 if kind == "ridge_l2" else classes,
                                                          offset=args.offset)
-                tr = certified.train_certified(p, X, yy, seed=0, **kw)
+                tr = certified.train_certified(p, X, yy, **kw)
                 un, t_un = _timed(lambda: certified.unlearn_certified(p, X[keep], yy[keep], tr.theta_private,
-                                                                      seed=1, **kw))
-                re, t_re = _timed(lambda: certified.retrain_certified(p, X[keep], yy[keep], seed=2, **kw))
+                                                                      **kw))
+                re, t_re = _timed(lambda: certified.retrain_certified(p, X[keep], yy[keep], **kw))
                 rob, t_rob_tr = _timed(lambda: robust.robust_train(p, X, yy, trim=robust.trim_count(args.n, f),
                                                                     seed=0, max_steps=args.robust_steps))
-                unr, t_unr = _timed(lambda: certified.unlearn_certified(p, X[keep], yy[keep], rob.theta, seed=1, **kw))
+                unr, t_unr = _timed(lambda: certified.unlearn_certified(p, X[keep], yy[keep], rob.theta, **kw))
                 reg = robust.classify_request(p, X[keep], yy[keep], tr.theta_private, radius=args.r)
                 per = lambda th: (lambda A, b: p.per_example_loss(th, A, b))  # noqa: E731
                 ok = audit.audit_gaussian_outputs(un.theta_private, re.theta_private, un.certificate.sigma,

@@ -13,12 +13,18 @@ sigma = Delta sqrt(2 ln(1.25/delta)) / eps. That formula is proved for eps < 1; 
 max(classical, analytic) sigma, where the analytic one (exact Gaussian-DP calibration) is valid for every eps.
 Note the certificate depends only on the stopping rule, not on where the descent starts.
 
+The noise is the certificate: it is drawn from the operating system's CSPRNG (`secret_unit_noise`), fresh for
+every release, and no parameter can fix it. A public seed would let anyone regenerate the noise, subtract it and
+recover the pre-noise minimizer (trained on the very records a request asked to forget). A resumed job may reuse
+the draw it made before a crash, kept only in its private checkpoint, so that one request publishes one release.
+
 The paper publishes no code; this implementation follows the algorithm as stated in the paper.
 Cost is counted in per-example gradient evaluations (one full gradient over m examples = m).
 """
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -136,47 +142,60 @@ def noise_sigma(radius: float, epsilon: float, delta: float) -> tuple[float, flo
     return max(classical, analytic), classical, analytic
 
 
-def noise_generator(seed: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(int(seed))
-    return g
-
-
-def gaussian_noise(num_params: int, sigma: float, seed: int) -> torch.Tensor:
-    return sigma * torch.randn(num_params, generator=noise_generator(seed), dtype=DTYPE)
+def secret_unit_noise(num_params: int) -> torch.Tensor:
+    """A N(0, I) vector from os.urandom by the Box-Muller transform: nothing outside this process can
+    reproduce it (unlike a torch or numpy generator, whose whole stream follows from a seed)."""
+    if num_params <= 0:
+        return torch.zeros(0, dtype=DTYPE)
+    pairs = (num_params + 1) // 2
+    words = torch.frombuffer(bytearray(os.urandom(16 * pairs)), dtype=torch.int64).view(2, pairs)
+    # 53 random bits per uniform; u1 in (0, 1] keeps the log finite, u2 in [0, 1)
+    bits = (words >> 11) & ((1 << 53) - 1)
+    scale = 2.0 ** -53
+    u1 = (bits[0].to(DTYPE) + 1.0) * scale
+    u2 = bits[1].to(DTYPE) * scale
+    radius = torch.sqrt(-2.0 * torch.log(u1))
+    z = torch.cat([radius * torch.cos(2 * math.pi * u2), radius * torch.sin(2 * math.pi * u2)])
+    return z[:num_params].contiguous()
 
 
 @dataclass
 class CertifiedOutput:
     theta_private: torch.Tensor    # the pre-noise minimizer approximation: kept by the platform, never published
-    theta_published: torch.Tensor  # theta_private + N(0, sigma^2 I)
+    theta_published: torch.Tensor  # theta_private + sigma * unit_noise
     certificate: Certificate
+    unit_noise: torch.Tensor       # the secret N(0, I) draw: private (a resumed job reuses it), never published
 
 
 def certify_and_publish(problem: LinearProblem, result: GDResult, *, radius: float, epsilon: float, delta: float,
-                        seed: int, start: str, sigma_scale: float = 1.0) -> CertifiedOutput:
-    """Turn a converged descent into a published, certified output. `sigma_scale` exists only for the
-    audit's mutation test (a broken mechanism); the certificate then reports certified=False."""
+                        start: str, sigma_scale: float = 1.0,
+                        unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
+    """Turn a converged descent into a published, certified output. `unit_noise` is None (draw fresh secret
+    noise) except when a resumed job hands back the draw it kept privately before a crash. `sigma_scale` exists
+    only for the audit's mutation test (a broken mechanism); the certificate then reports certified=False."""
     if not result.converged:
         raise FailedPrecondition(
             f"gradient descent did not reach the certified radius r={radius:g} within {result.steps} steps "
             f"(gradient norm {result.grad_norm:.3g} > mu*r={problem.mu * radius:.3g}): raise max_steps or r")
     sigma, classical, analytic = noise_sigma(radius, epsilon, delta)
     sigma_used = sigma * sigma_scale
-    noise = gaussian_noise(problem.num_params, sigma_used, seed)
+    z = secret_unit_noise(problem.num_params) if unit_noise is None else unit_noise.to(DTYPE).reshape(-1)
+    if z.numel() != problem.num_params:
+        raise FailedPrecondition("the kept noise draw does not match the model's parameters")
     cert = Certificate(epsilon=float(epsilon), delta=float(delta), radius=float(radius), sensitivity=2.0 * radius,
                        sigma=sigma_used, sigma_classical=classical, sigma_analytic=analytic,
                        gdp_mu=2.0 * radius / sigma_used, mu=problem.mu, smoothness=result.smoothness,
                        step_size=result.step_size, steps=result.steps, grad_evals=result.grad_evals,
                        final_grad_norm=result.grad_norm, distance_bound=result.grad_norm / problem.mu,
                        start=start, certified=sigma_scale >= 1.0)
-    return CertifiedOutput(theta_private=result.theta.clone(), theta_published=result.theta + noise, certificate=cert)
+    return CertifiedOutput(theta_private=result.theta.clone(), theta_published=result.theta + sigma_used * z,
+                           certificate=cert, unit_noise=z.clone())
 
 
 def train_certified(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, *, radius: float, epsilon: float,
-                    delta: float, seed: int, max_steps: int = 100_000, theta0: torch.Tensor | None = None,
+                    delta: float, max_steps: int = 100_000, theta0: torch.Tensor | None = None,
                     state: GDState | None = None, callback: StepCallback | None = None,
-                    callback_every: int = 50) -> CertifiedOutput:
+                    callback_every: int = 50, unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
     """Learn theta_S to radius r and publish it through the same noisy mechanism as unlearning (so a trained
     model and a retrained one are drawn from the same procedure)."""
     validate_privacy(epsilon, delta)
@@ -184,29 +203,30 @@ def train_certified(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, *,
     start = problem.zeros() if theta0 is None else theta0.to(DTYPE)
     res = gd_to_radius(problem, X, y, start, radius, max_steps=max_steps, state=state, callback=callback,
                        callback_every=callback_every)
-    return certify_and_publish(problem, res, radius=radius, epsilon=epsilon, delta=delta, seed=seed,
-                               start="zero" if theta0 is None else "warm")
+    return certify_and_publish(problem, res, radius=radius, epsilon=epsilon, delta=delta,
+                               start="zero" if theta0 is None else "warm", unit_noise=unit_noise)
 
 
 def unlearn_certified(problem: LinearProblem, X_retain: torch.Tensor, y_retain: torch.Tensor,
-                      theta_start: torch.Tensor, *, radius: float, epsilon: float, delta: float, seed: int,
+                      theta_start: torch.Tensor, *, radius: float, epsilon: float, delta: float,
                       max_steps: int = 100_000, state: GDState | None = None,
                       callback: StepCallback | None = None, callback_every: int = 50,
-                      sigma_scale: float = 1.0) -> CertifiedOutput:
+                      sigma_scale: float = 1.0, unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
     """Algorithm 1's unlearning step: warm-start descent on the retain objective from the kept minimizer
     approximation, then the Gaussian mechanism."""
     validate_privacy(epsilon, delta)
     X_retain, y_retain = problem.check_data(X_retain, y_retain)
     res = gd_to_radius(problem, X_retain, y_retain, theta_start, radius, max_steps=max_steps, state=state,
                        callback=callback, callback_every=callback_every)
-    return certify_and_publish(problem, res, radius=radius, epsilon=epsilon, delta=delta, seed=seed,
-                               start="warm", sigma_scale=sigma_scale)
+    return certify_and_publish(problem, res, radius=radius, epsilon=epsilon, delta=delta,
+                               start="warm", sigma_scale=sigma_scale, unit_noise=unit_noise)
 
 
 def retrain_certified(problem: LinearProblem, X_retain: torch.Tensor, y_retain: torch.Tensor, *, radius: float,
-                      epsilon: float, delta: float, seed: int, max_steps: int = 100_000,
+                      epsilon: float, delta: float, max_steps: int = 100_000,
                       state: GDState | None = None, callback: StepCallback | None = None,
-                      callback_every: int = 50) -> CertifiedOutput:
+                      callback_every: int = 50, unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
     """The gold standard: the same procedure on the retain set, from scratch."""
-    return train_certified(problem, X_retain, y_retain, radius=radius, epsilon=epsilon, delta=delta, seed=seed,
-                           max_steps=max_steps, state=state, callback=callback, callback_every=callback_every)
+    return train_certified(problem, X_retain, y_retain, radius=radius, epsilon=epsilon, delta=delta,
+                           max_steps=max_steps, state=state, callback=callback, callback_every=callback_every,
+                           unit_noise=unit_noise)

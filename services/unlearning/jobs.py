@@ -174,6 +174,14 @@ def _gd_callback(ctx: JobContext, ck: dict, phase: str, total_hint: int, base: f
     return cb
 
 
+def _keep_noise(ctx: JobContext, ck: dict, out: certified.CertifiedOutput) -> None:
+    """Keep the secret noise draw in the private checkpoint before anything is published, so a job resumed
+    after a crash publishes the same single release (checkpoints are never served as artifacts)."""
+    if ck.get("unit_noise") is None:
+        ck["unit_noise"] = out.unit_noise
+        ctx.save_checkpoint(ck)
+
+
 def _resume_gd(ck: dict, phase: str) -> certified.GDState | None:
     if ck.get("phase") == phase and ck.get("gd") is not None:
         return certified.GDState.from_dict(ck["gd"])
@@ -215,7 +223,8 @@ def run_training(ctx: JobContext) -> dict:
     """Train an L2 linear model to radius r and publish it through the Gaussian mechanism (so a trained
     model and a retrained one are outputs of the same procedure).
 
-    params: dataset_artifact_id, kind (logreg_l2 | softmax_l2 | ridge_l2), mu, r, epsilon, delta, seed, name,
+    params: dataset_artifact_id, kind (logreg_l2 | softmax_l2 | ridge_l2), mu, r, epsilon, delta, name,
+            seed (robust training's minibatch order only: the published noise is always secret and fresh),
             num_classes (softmax; default max label + 1), capacity (> 0: robust training that keeps
             unlearning of up to `capacity` arbitrary points cheap), trim_fraction, robust_noise_std,
             max_steps, eval_dataset_artifact_id (optional held-out data for metrics)."""
@@ -276,11 +285,12 @@ def run_training(ctx: JobContext) -> dict:
 
     hint = 1000  # progress display only: the step count is not known in advance
     base = 0.5 if capacity > 0 else 0.0
-    out = certified.train_certified(problem, X, y, radius=r, epsilon=eps, delta=delta, seed=seed,
+    out = certified.train_certified(problem, X, y, radius=r, epsilon=eps, delta=delta,
                                     max_steps=max_steps, theta0=theta0 if capacity > 0 else None,
                                     state=_resume_gd(ck, "erm"),
                                     callback=_gd_callback(ctx, ck, "erm", hint, base, 1.0 - base),
-                                    callback_every=every)
+                                    callback_every=every, unit_noise=ck.get("unit_noise"))
+    _keep_noise(ctx, ck, out)
     # The warm start kept for later requests: the minimizer approximation, or the robust iterate.
     theta_start = theta0 if capacity > 0 else out.theta_private
     state_id = _write_state(ctx, theta_start, out.theta_private)
@@ -360,7 +370,7 @@ def run_unlearning(ctx: JobContext) -> dict:
     ctx.check_cancelled()
 
     if convex and method in CERTIFIED_METHODS + ("retrain",):
-        result = _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta, seed,
+        result = _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta,
                                  heldout)
     else:
         result = _unlearn_approximate(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, seed,
@@ -384,7 +394,7 @@ def run_unlearning(ctx: JobContext) -> dict:
             "metrics": metrics}
 
 
-def _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta, seed, heldout):
+def _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta, heldout):
     mu = _num(p, "mu", positive=True) if (config.get("mu") is None and p.get("mu") is not None) else None
     problem = problem_from_config(config, mu=mu, tensors=tensors)
     r = _num(p, "r", config.get("r", DEFAULTS["r"]), positive=True)
@@ -424,11 +434,13 @@ def _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget
     gd_state = _resume_gd(ck, "gd")
     if start == "warm":
         out = certified.unlearn_certified(problem, Xr, yr, theta_start, radius=r, epsilon=eps, delta=delta,
-                                          seed=seed, max_steps=max_steps, state=gd_state, callback=cb,
-                                          callback_every=every)
+                                          max_steps=max_steps, state=gd_state, callback=cb,
+                                          callback_every=every, unit_noise=ck.get("unit_noise"))
     else:
-        out = certified.retrain_certified(problem, Xr, yr, radius=r, epsilon=eps, delta=delta, seed=seed,
-                                          max_steps=max_steps, state=gd_state, callback=cb, callback_every=every)
+        out = certified.retrain_certified(problem, Xr, yr, radius=r, epsilon=eps, delta=delta,
+                                          max_steps=max_steps, state=gd_state, callback=cb, callback_every=every,
+                                          unit_noise=ck.get("unit_noise"))
+    _keep_noise(ctx, ck, out)
     # next request's warm start: the robust iterate is kept (capacity permitting), else the new minimizer
     keep_robust = method == "robust_certified"
     state_id = _write_state(ctx, theta_start if keep_robust else out.theta_private, out.theta_private)
@@ -547,7 +559,7 @@ def run_audit(ctx: JobContext) -> dict:
     ctx.check_cancelled()
     every = _num(p, "checkpoint_every", DEFAULTS["checkpoint_every"], integer=True, positive=True)
     ref = certified.retrain_certified(problem, X[retain_mask], y[retain_mask], radius=r, epsilon=eps, delta=delta,
-                                      seed=seed + 7919, max_steps=_num(p, "max_steps", DEFAULTS["max_steps"],
+                                      max_steps=_num(p, "max_steps", DEFAULTS["max_steps"],
                                                                        integer=True, positive=True),
                                       state=_resume_gd(ck, "retrain"),
                                       callback=_gd_callback(ctx, ck, "retrain", 1000, 0.0, 0.8), callback_every=every)

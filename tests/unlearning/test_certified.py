@@ -1,5 +1,6 @@
 """Algorithm 1 (noisy minimizer approximation) on strongly convex linear models."""
 import pytest
+import scipy.stats
 import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
@@ -24,12 +25,11 @@ def _setup(kind, num_classes):
 def trained(request):
     kind, c = request.param
     p, X, y, Xe, ye = _setup(kind, c)
-    out = certified.train_certified(p, X, y, radius=R, epsilon=EPS, delta=DELTA, seed=0)
+    out = certified.train_certified(p, X, y, radius=R, epsilon=EPS, delta=DELTA)
     idx = forget_indices(X.shape[0], 15)  # 1%, in-distribution (a random subset)
     keep, forget = masks(X.shape[0], idx)
-    un = certified.unlearn_certified(p, X[keep], y[keep], out.theta_private, radius=R, epsilon=EPS, delta=DELTA,
-                                     seed=1)
-    re = certified.retrain_certified(p, X[keep], y[keep], radius=R, epsilon=EPS, delta=DELTA, seed=2)
+    un = certified.unlearn_certified(p, X[keep], y[keep], out.theta_private, radius=R, epsilon=EPS, delta=DELTA)
+    re = certified.retrain_certified(p, X[keep], y[keep], radius=R, epsilon=EPS, delta=DELTA)
     # a much tighter reference minimizer of the retain objective
     star = certified.gd_to_radius(p, X[keep], y[keep], re.theta_private, 1e-9, max_steps=50_000)
     return dict(p=p, X=X, y=y, Xe=Xe, ye=ye, out=out, un=un, re=re, star=star, keep=keep, forget=forget)
@@ -50,11 +50,46 @@ def test_noise_is_calibrated_and_applied(trained):
     c = un.certificate
     assert c.sigma == pytest.approx(max(c.sigma_classical, c.sigma_analytic))
     assert c.sigma_classical == pytest.approx(2 * R * (2 * torch.log(torch.tensor(1.25 / DELTA))).sqrt().item() / EPS)
-    noise = un.theta_published - un.theta_private
-    torch.testing.assert_close(noise, certified.gaussian_noise(noise.numel(), c.sigma, seed=1))
-    # the generator's scale over many draws is sigma
-    pooled = torch.cat([certified.gaussian_noise(noise.numel(), c.sigma, seed=s) for s in range(200)])
-    assert 0.95 * c.sigma < float(pooled.std()) < 1.05 * c.sigma
+    torch.testing.assert_close(un.theta_published - un.theta_private, c.sigma * un.unit_noise)
+    # the secret source is standard normal: moments and a KS test over many draws
+    pooled = torch.cat([certified.secret_unit_noise(1001) for _ in range(100)])
+    assert pooled.numel() == 100_100
+    assert abs(float(pooled.mean())) < 0.02 and 0.98 < float(pooled.std()) < 1.02
+    assert scipy.stats.kstest(pooled.numpy(), "norm").pvalue > 1e-4
+
+
+def test_releases_are_fresh_and_independent(trained):
+    p, X, y = trained["p"], trained["X"], trained["y"]
+    a = certified.train_certified(p, X, y, radius=R, epsilon=EPS, delta=DELTA)
+    b = certified.train_certified(p, X, y, radius=R, epsilon=EPS, delta=DELTA)
+    torch.testing.assert_close(a.theta_private, b.theta_private)  # identical inputs, identical descent
+    assert not torch.equal(a.theta_published, b.theta_published)
+    # differences between releases are not differences between private parameters
+    sigma = a.certificate.sigma
+    gap = float((a.theta_published - b.theta_published).norm())
+    assert gap > 0.3 * sigma * (2 * p.num_params) ** 0.5
+
+
+def test_an_attacker_with_the_code_and_every_public_parameter_cannot_remove_the_noise(trained):
+    # The attack that worked against a seeded generator: regenerate the noise from each candidate public
+    # seed and subtract it. Against secret noise every candidate leaves an error at the noise scale.
+    un = trained["un"]
+    sigma, n = un.certificate.sigma, un.theta_private.numel()
+    best = min(float((un.theta_published - sigma * torch.randn(n, generator=torch.Generator().manual_seed(s),
+                                                               dtype=torch.float64) - un.theta_private).norm())
+               for s in range(64))
+    assert best > 0.3 * sigma * n ** 0.5
+    # the published weights themselves sit at the noise scale from the private minimizer
+    assert float((un.theta_published - un.theta_private).norm()) > 0.3 * sigma * n ** 0.5
+
+
+def test_a_kept_draw_reproduces_its_release(trained):
+    # a resumed job hands back the draw it kept privately: the same single release, not a second one
+    p, X, y, keep, out = trained["p"], trained["X"], trained["y"], trained["keep"], trained["out"]
+    un = trained["un"]
+    again = certified.unlearn_certified(p, X[keep], y[keep], out.theta_private, radius=R, epsilon=EPS,
+                                        delta=DELTA, unit_noise=un.unit_noise)
+    torch.testing.assert_close(again.theta_published, un.theta_published)
 
 
 def test_in_distribution_unlearning_is_cheaper_than_retraining(trained):
@@ -83,7 +118,7 @@ def test_audit_bound_below_claim_and_mutation_flagged(trained):
 def test_mutated_mechanism_through_the_unlearning_api_is_flagged(trained):
     p, X, y, keep = trained["p"], trained["X"], trained["y"], trained["keep"]
     bad = certified.unlearn_certified(p, X[keep], y[keep], trained["out"].theta_private, radius=R, epsilon=EPS,
-                                      delta=DELTA, seed=1, sigma_scale=1 / 50)
+                                      delta=DELTA, sigma_scale=1 / 50)
     assert not bad.certificate.certified
     a = audit.audit_gaussian_outputs(bad.theta_private, trained["re"].theta_private, bad.certificate.sigma,
                                      runs=1000, delta=DELTA, seed=4, claimed_epsilon=EPS)
@@ -107,13 +142,13 @@ def test_worst_case_pair_at_the_sensitivity_bound():
 def test_validation_and_non_convergence():
     p, X, y, _, _ = _setup("logreg_l2", 2)
     with pytest.raises(InvalidArgument) as e:
-        certified.train_certified(p, X, y, radius=R, epsilon=0.0, delta=DELTA, seed=0)
+        certified.train_certified(p, X, y, radius=R, epsilon=0.0, delta=DELTA)
     assert e.value.violations[0].field == "epsilon"
     with pytest.raises(InvalidArgument) as e:
-        certified.train_certified(p, X, y, radius=R, epsilon=1.0, delta=1.0, seed=0)
+        certified.train_certified(p, X, y, radius=R, epsilon=1.0, delta=1.0)
     assert e.value.violations[0].field == "delta"
     with pytest.raises(FailedPrecondition, match="did not reach the certified radius"):
-        certified.train_certified(p, X, y, radius=R, epsilon=1.0, delta=DELTA, seed=0, max_steps=3)
+        certified.train_certified(p, X, y, radius=R, epsilon=1.0, delta=DELTA, max_steps=3)
 
 
 def test_gradient_matches_autograd():

@@ -27,6 +27,12 @@ def _report(ctx, aid):
     return json.loads(ctx.artifacts[aid][1])
 
 
+def _private(ctx, res):
+    """The pre-noise parameters a job kept in its private state artifact."""
+    config = ctx.models[res["model_version_id"]][2]
+    return loads_state(ctx.artifacts[config["state_artifact_id"]][1])["theta_private"]
+
+
 @pytest.fixture(scope="module")
 def trained():
     return _trained()
@@ -144,11 +150,54 @@ def test_killed_unlearning_job_resumes_to_the_same_result(trained):
     assert loads_state(ctx.checkpoint)["gd"]["step"] == 30
     ctx.cancel_after_progress = None
     res = jobs.run_unlearning(ctx)
-    for k in ("W", "b"):
-        torch.testing.assert_close(ctx.models[res["model_version_id"]][1][k],
-                                   full.models[ref["model_version_id"]][1][k])
+    # the same descent; the published noise is a fresh secret draw of each (uninterrupted) job
+    torch.testing.assert_close(_private(ctx, res), _private(full, ref))
     assert res["certificate"] == ref["certificate"]
     assert res["costs"]["grad_evals"] == ref["costs"]["grad_evals"]
+
+
+class _KilledAtPublish(InMemoryJobContext):
+    """Dies (like a worker under kill -9) at its first attempt to publish, after the noise was drawn."""
+    kills_left: int = 1
+
+    def register_model(self, *a, **kw):
+        if self.kills_left:
+            self.kills_left -= 1
+            raise SystemExit("killed")
+        return super().register_model(*a, **kw)
+
+
+@pytest.mark.parametrize("job", ["train", "unlearn"])
+def test_a_job_killed_after_drawing_its_noise_publishes_that_draw_once(trained, job):
+    ctx0, ds, ev, ids, out = trained
+    if job == "train":
+        params, run = dict(TRAIN, dataset_artifact_id=ds), jobs.run_training
+    else:
+        params, run = {"model_version_id": out["model_version_id"], "forget_record_ids": ids[300:310],
+                       "method": "certified_noisy_minimizer"}, jobs.run_unlearning
+    ctx = _KilledAtPublish(params=params, artifacts=dict(ctx0.artifacts), models=dict(ctx0.models),
+                           tombstones={k: set(v) for k, v in ctx0.tombstones.items()})
+    with pytest.raises(SystemExit):
+        run(ctx)
+    kept = loads_state(ctx.checkpoint)["unit_noise"]
+    n_models = len(ctx.models)
+    res = run(ctx)
+    assert len(ctx.models) == n_models + 1  # one release
+    published = ctx.models[res["model_version_id"]][1]
+    theta = torch.cat([published["W"].reshape(-1), published["b"].reshape(-1)]).double()
+    sigma = res["certificate"]["sigma"]
+    torch.testing.assert_close(theta, (_private(ctx, res) + sigma * kept).to(theta.dtype))
+
+
+def test_two_trainings_with_identical_inputs_publish_different_weights():
+    ctx0, ds, ev, ids = ctx_with_data()
+    runs = []
+    for _ in range(2):  # two jobs: each has its own (empty) checkpoint
+        ctx = InMemoryJobContext(params=dict(TRAIN, dataset_artifact_id=ds), artifacts=dict(ctx0.artifacts))
+        runs.append((ctx, jobs.run_training(ctx)))
+    (ca, a), (cb, b) = runs
+    torch.testing.assert_close(_private(ca, a), _private(cb, b))
+    assert not torch.equal(ca.models[a["model_version_id"]][1]["W"], cb.models[b["model_version_id"]][1]["W"])
 
 
 def test_killed_training_job_resumes_robust_and_erm_phases():
@@ -164,8 +213,7 @@ def test_killed_training_job_resumes_robust_and_erm_phases():
         assert loads_state(ctx.checkpoint)["phase"] == phase
         ctx.cancel_after_progress = None
         res = jobs.run_training(ctx)
-        torch.testing.assert_close(ctx.models[res["model_version_id"]][1]["W"],
-                                   full.models[ref["model_version_id"]][1]["W"])
+        torch.testing.assert_close(_private(ctx, res), _private(full, ref))
         assert res["costs"]["grad_evals"] == ref["costs"]["grad_evals"]
     # the robust model forgets arbitrary points with robust_certified, within its capacity
     full.params = {"model_version_id": ref["model_version_id"], "forget_record_ids": ids[:10],

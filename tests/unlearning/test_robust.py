@@ -41,15 +41,15 @@ def ood():
     keep, forget = masks(n, idx)
     yo = shift_labels(y, idx, num_classes=1, offset=100.0)
     kw = dict(radius=R, epsilon=1.0, delta=1e-5)
-    trained = certified.train_certified(p, X, yo, seed=0, **kw)
-    un = certified.unlearn_certified(p, X[keep], yo[keep], trained.theta_private, seed=1, **kw)
-    re = certified.retrain_certified(p, X[keep], yo[keep], seed=2, **kw)
+    trained = certified.train_certified(p, X, yo, **kw)
+    un = certified.unlearn_certified(p, X[keep], yo[keep], trained.theta_private, **kw)
+    re = certified.retrain_certified(p, X[keep], yo[keep], **kw)
     rob = robust.robust_train(p, X, yo, trim=robust.trim_count(n, f), seed=0, noise_std=1e-3, max_steps=400)
-    un_rob = certified.unlearn_certified(p, X[keep], yo[keep], rob.theta, seed=1, **kw)
+    un_rob = certified.unlearn_certified(p, X[keep], yo[keep], rob.theta, **kw)
     # in-distribution control: same data without the shift
-    trained_id = certified.train_certified(p, X, y, seed=0, **kw)
-    un_id = certified.unlearn_certified(p, X[keep], y[keep], trained_id.theta_private, seed=1, **kw)
-    re_id = certified.retrain_certified(p, X[keep], y[keep], seed=2, **kw)
+    trained_id = certified.train_certified(p, X, y, **kw)
+    un_id = certified.unlearn_certified(p, X[keep], y[keep], trained_id.theta_private, **kw)
+    re_id = certified.retrain_certified(p, X[keep], y[keep], **kw)
     return dict(p=p, X=X, yo=yo, keep=keep, trained=trained, un=un, re=re, rob=rob, un_rob=un_rob, un_id=un_id,
                 re_id=re_id)
 
