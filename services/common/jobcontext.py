@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -61,6 +62,59 @@ class JobContext(Protocol):
         """Tombstone records of a dataset; takes effect (for every later reader) when this job succeeds."""
 
 
+class Steps(Protocol):
+    """A long job as a small protocol (torchtune's recipe interface, without inheritance); `run_steps` owns resume,
+    cancellation, checkpoints and progress, the job supplies only its work:
+
+    total               how many steps the job takes (known after setup)
+    setup(ctx)          build what the steps need (data, model, optimiser); cheap enough to redo on a resume
+    step(i)             do step i (0-based); return scalar metrics for the progress event (or None)
+    state() / load_state(state)
+                        what a checkpoint holds (tensors, state_dicts, JSON scalars) and how to restore it
+    result(ctx)         after the last step: write artifacts, register models, return the job's result dict"""
+
+    total: int
+
+    def setup(self, ctx: JobContext) -> None: ...
+
+    def step(self, i: int) -> dict[str, float] | None: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+    def result(self, ctx: JobContext) -> dict[str, Any]: ...
+
+
+def run_steps(ctx: JobContext, job: Steps, *, checkpoint_every: int = 1,
+              message: Callable[[int, int], str] = lambda done, total: f"step {done}/{total}",
+              progress_span: tuple[float, float] = (0.0, 0.99)) -> dict[str, Any]:
+    """Run a Steps job: resume from the last checkpoint (a killed worker's job continues where it was), check for
+    cancellation before every step, checkpoint every `checkpoint_every` steps and after the last, report progress
+    in `progress_span`, then hand over to job.result. A checkpoint is taken only at step boundaries, so a resumed
+    job repeats at most the steps since the last one."""
+    if checkpoint_every < 1:
+        raise ValueError("checkpoint_every must be >= 1")
+    job.setup(ctx)
+    saved = ctx.load_checkpoint()
+    start = 0
+    if isinstance(saved, dict) and saved.get("protocol") == "steps" and saved.get("kind") == ctx.kind:
+        job.load_state(saved["state"])
+        start = int(saved["done"])
+    lo, hi = progress_span
+    total = max(int(job.total), 0)
+    for i in range(start, total):
+        ctx.check_cancelled()
+        metrics = job.step(i) or {}
+        done = i + 1
+        if done % checkpoint_every == 0 or done == total:
+            ctx.save_checkpoint({"protocol": "steps", "kind": ctx.kind, "done": done, "state": job.state()})
+        ctx.progress(lo + (hi - lo) * done / max(total, 1), message(done, total),
+                     **{k: float(v) for k, v in metrics.items()})
+    ctx.check_cancelled()
+    return job.result(ctx)
+
+
 @dataclass
 class InMemoryJobContext:
     """Runs job code in-process for unit tests: same contract, dictionaries instead of services."""
@@ -111,8 +165,8 @@ class InMemoryJobContext:
                        config: dict[str, Any], metrics: dict[str, float] | None = None,
                        dataset_artifact_id: str | None = None,
                        parent_version_ids: list[str] | None = None) -> ModelVersionInfo:
-        version = 1 + sum(1 for info, *_ in self.models.values() if info.name == name)
-        info = ModelVersionInfo(name=name, version=version, model_version_id=str(uuid.uuid4()))
+        # like the worker's context: the version number is assigned when the job succeeds, not before
+        info = ModelVersionInfo(name=name, version=None, model_version_id=str(uuid.uuid4()))
         lineage = {"kind": kind, "metrics": dict(metrics or {}), "dataset_artifact_id": dataset_artifact_id,
                    "parent_version_ids": list(parent_version_ids or [])}
         self.models[info.model_version_id] = (info, {k: v.detach().clone() for k, v in tensors.items()},
