@@ -59,16 +59,17 @@ def drop_database(url: str) -> None:
 
 
 def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: str, **jobs) -> Settings:
-    s = Settings(database_url=database_url, broker_url=broker_url,
-                 s3=S3Settings(endpoint=s3_endpoint, access_key="praxon", secret_key="praxon-test-secret",
-                               bucket=bucket),
-                 metrics_port=0)
+    from services import catalog
+
+    s = catalog.settings(database_url=database_url, broker_url=broker_url,
+                         s3=S3Settings(endpoint=s3_endpoint, access_key="praxon", secret_key="praxon-test-secret",
+                                       bucket=bucket),
+                         metrics_port=0, extra_services=["tests.job_kinds:SPEC"])
     s.grpc.port = 0
     s.grpc.max_message_bytes = 1024 * 1024
     s.jobs.lease_seconds = jobs.get("lease_seconds", 6.0)  # generous: heartbeats compete for two busy cores
     s.jobs.heartbeat_seconds = jobs.get("heartbeat_seconds", 0.5)
     s.jobs.reaper_interval_seconds = jobs.get("reaper_interval_seconds", 1.0)
-    s.jobs.extra_modules = ["tests.job_kinds"]
     s.jobs.torch_threads = 1  # two cores shared by the test process, workers and servers
     return s
 
@@ -117,7 +118,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "PRAXON_JOBS__LEASE_SECONDS": str(j.lease_seconds), "PRAXON_JOBS__HEARTBEAT_SECONDS": str(j.heartbeat_seconds),
         "PRAXON_JOBS__REAPER_INTERVAL_SECONDS": str(j.reaper_interval_seconds),
         "PRAXON_JOBS__TORCH_THREADS": str(j.torch_threads),
-        "PRAXON_JOBS__EXTRA_MODULES": json.dumps(j.extra_modules), "PRAXON_METRICS_PORT": "0",
+        "PRAXON_EXTRA_SERVICES": json.dumps(settings.extra_services), "PRAXON_METRICS_PORT": "0",
     }
 
 

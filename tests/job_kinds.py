@@ -1,4 +1,4 @@
-"""Job kinds that exist only for the tests; the worker imports this module via PRAXON_JOBS__EXTRA_MODULES."""
+"""A service that exists only for the tests (one job kind); processes host it via PRAXON_EXTRA_SERVICES."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +7,7 @@ import time
 import torch
 
 from services.common.jobcontext import JobContext
-from services.common.jobkinds import register_kind
+from services.common.spec import JobKind, ServiceSpec
 
 
 def run_counter(ctx: JobContext) -> dict:
@@ -35,4 +35,4 @@ def expected_digest(steps: int) -> str:
     return digest
 
 
-register_kind("test.counter", "default", "tests.job_kinds:run_counter")
+SPEC = ServiceSpec(name="test", job_kinds={"test.counter": JobKind("default", "tests.job_kinds:run_counter")})

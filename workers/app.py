@@ -1,13 +1,13 @@
 """The Celery worker: one task that runs any job by id, plus the lease reaper thread."""
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
 
 from celery import Celery
 
+from services import catalog
 from services.common.queue import RUN_JOB_TASK, make_celery
 from services.common.settings import Settings
 from workers import runtime
@@ -18,8 +18,7 @@ log = logging.getLogger(__name__)
 
 def build_app(settings: Settings) -> Celery:
     runtime.configure(settings)
-    for module in settings.jobs.extra_modules:  # e.g. tests register their own job kinds
-        importlib.import_module(module)
+    catalog.load_extra(settings)  # e.g. the tests' own job kinds
     app = make_celery(settings)
 
     @app.task(name=RUN_JOB_TASK, bind=True, acks_late=True)

@@ -2,7 +2,6 @@
 (progress, cancellation, checkpoints, artifacts, models), and finish it in one transaction."""
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -18,6 +17,7 @@ from services.common.db import TRANSIENT_DB_ERRORS
 from services.common.errors import Cancelled, PraxonError
 from services.common.jobcontext import ModelVersionInfo
 from services.common.jobkinds import JOB_KINDS
+from services.common.spec import resolve
 from services.common.jobs import add_event
 from services.common.state import dumps_state, loads_state
 from services.common.store import TRANSIENT_STORE_ERRORS, retry
@@ -36,8 +36,7 @@ def _db_retry(fn: Callable[[], Any], what: str) -> Any:
 
 
 def resolve_target(kind: str) -> Callable[[Any], dict | None]:
-    module, _, func = JOB_KINDS[kind].target.partition(":")
-    return getattr(importlib.import_module(module), func)
+    return resolve(JOB_KINDS[kind].target)
 
 
 class WorkerJobContext:

@@ -37,11 +37,13 @@ def spine(args, tmp: Path) -> dict:
     broker = f"{harness.REDIS_URL}/14"
     with harness.weed_server(tmp / "weed") as weed:
         settings = harness.make_settings(db_url, weed.endpoint, broker, f"bench-{uuid.uuid4().hex[:6]}")
-        settings.jobs.extra_modules = ["benchmarks.platform.noop_kind"]
+        settings.extra_services = ["benchmarks.platform.noop_kind:SPEC"]
+        from services import catalog
+
+        catalog.load_extra(settings)  # submit() knows the kind
         tenant, _ = harness.token_for(settings, "bench")
         worker = harness.Worker(settings, tmp)
         try:
-            import benchmarks.platform.noop_kind  # noqa: F401 - registers the kind for submit()
             pool = db.create_pool(settings, max_size=2)
             store = JobStore(pool, make_celery(settings))
             warm = store.submit(tenant, "bench.noop", {})  # the worker is up and warm

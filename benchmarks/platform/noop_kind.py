@@ -1,9 +1,9 @@
 """A job kind that does nothing, so the benchmark measures the job system itself."""
-from services.common.jobkinds import register_kind
+from services.common.spec import JobKind, ServiceSpec
 
 
 def run_noop(ctx) -> dict:  # noqa: ARG001
     return {}
 
 
-register_kind("bench.noop", "default", "benchmarks.platform.noop_kind:run_noop")
+SPEC = ServiceSpec(name="bench", job_kinds={"bench.noop": JobKind("default", "benchmarks.platform.noop_kind:run_noop")})

@@ -199,7 +199,7 @@ def main() -> None:
     try:
         with harness.weed_server(tmp) as weed:
             settings = harness.make_settings(url, weed.endpoint, f"{harness.REDIS_URL}/15", bucket="bench")
-            settings.jobs.extra_modules = []
+            settings.extra_services = []
             db.migrate(settings)
             from services.common.store import ArtifactStore
 

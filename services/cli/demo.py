@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from services.cli.client import UP_FILE, Target
+from services.common.client import UP_FILE, Target
 from services.common.embedded import spawn, stop
 
 
@@ -25,11 +25,13 @@ def run_demo(data_dir: Path, *, port: int = 50051) -> None:
             time.sleep(0.2)
         info = json.loads((data_dir / UP_FILE).read_text())
         target = Target(info["address"], info["token"])
-        from services.cli.demo_steps import STEPS  # noqa: PLC0415
+        from services import catalog  # noqa: PLC0415
+        from services.common.spec import resolve  # noqa: PLC0415
 
-        for title, step in STEPS:
-            print(f"\n== {title}", flush=True)
-            step(target)
+        for spec in catalog.SPECS:  # each service's own step, in the catalog's order
+            if spec.demo:
+                print(f"\n== {spec.demo.title}", flush=True)
+                resolve(spec.demo.target)(target)
         print("\ndemo finished: every step went through the public gRPC API", flush=True)
     finally:
         stop(up, signal.SIGINT, timeout=60)

@@ -2,41 +2,27 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import signal
 
 from prometheus_client import start_http_server
 
+from services import catalog
 from services.common import db
 from services.common.server import AppContext, build_app_context, create_server, shutdown
 from services.common.settings import Settings
+from services.common.spec import resolve
 
 log = logging.getLogger(__name__)
 
-# service name -> "module:register" (register(server, app) -> full service names)
-SERVICES: dict[str, str] = {
-    "platform": "services.platform.api:register",
-    "unlearning": "services.unlearning.api:register",
-    "moderation": "services.moderation.api:register",
-    "recommendation": "services.recommendation.api:register",
-}
-
-# predictor name -> "module:build" (build(settings, tenant_id, model_ref) -> kserve.Model), served by kserve's ModelServer
-PREDICTORS: dict[str, str] = {
-    "moderation": "services.moderation.predictor:build",
-    "recommendation": "services.recommendation.predictor:build",
-}
-
 
 def registrars(names: list[str]):
-    out = []
-    for name in names:
-        if name not in SERVICES:
-            raise SystemExit(f"unknown service {name!r}; known: {', '.join(SERVICES)}")
-        module, _, func = SERVICES[name].partition(":")
-        out.append(getattr(importlib.import_module(module), func))
-    return out
+    """The register(server, app) functions of the named services (their specs' `servicers`)."""
+    known = catalog.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [resolve(catalog.get(n).servicers) for n in names]
 
 
 async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Event | None = None,
@@ -64,12 +50,12 @@ async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Eve
 
 def run_predictor(settings: Settings, name: str, tenant_id: str, model: str, http_port: int, grpc_port: int) -> None:
     """Serve one registered model with kserve's ModelServer (Open Inference Protocol v2 over REST and gRPC)."""
-    if name not in PREDICTORS:
-        raise SystemExit(f"unknown predictor {name!r}; known: {', '.join(PREDICTORS) or 'none yet'}")
+    predictors = catalog.predictors()
+    if name not in predictors:
+        raise SystemExit(f"unknown predictor {name!r}; known: {', '.join(predictors) or 'none yet'}")
     from kserve import ModelServer  # noqa: PLC0415 - heavy; only predictor processes need it
 
-    module, _, func = PREDICTORS[name].partition(":")
-    predictor = getattr(importlib.import_module(module), func)(settings, tenant_id, model)
+    predictor = resolve(predictors[name])(settings, tenant_id, model)
     if not predictor.ready:  # ModelServer.start() refuses models that are not loaded yet
         predictor.load()
     ModelServer(http_port=http_port, grpc_port=grpc_port).start([predictor])

@@ -11,10 +11,10 @@ import signal
 import sys
 from pathlib import Path
 
-from services.cli.client import UP_FILE
+from services.common.client import UP_FILE
 from services.common import db
 from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, WeedS3, spawn, stop
-from services.common.settings import S3Settings, Settings
+from services.common.settings import S3Settings
 
 
 def _credentials(data_dir: Path) -> tuple[str, str]:
@@ -27,7 +27,8 @@ def _credentials(data_dir: Path) -> tuple[str, str]:
 
 
 def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> None:
-    from services.cli.serve import SERVICES, serve  # noqa: PLC0415
+    from services import catalog  # noqa: PLC0415
+    from services.cli.serve import serve  # noqa: PLC0415
 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -48,7 +49,7 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> N
             weed = WeedS3(data_dir / "s3", s3_port_base, access, secret).start()
             started.append(weed)
             overrides["s3"] = S3Settings(endpoint=weed.endpoint, access_key=access, secret_key=secret)
-        settings = Settings(**overrides)
+        settings = catalog.settings(**overrides)
         settings.grpc.port = port
         settings.metrics_port = 0
         db.ensure_database(settings)
@@ -67,7 +68,7 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> N
 
         async def main() -> None:
             stop_event = asyncio.Event()
-            task = asyncio.create_task(serve(settings, list(SERVICES), stop_event=stop_event))
+            task = asyncio.create_task(serve(settings, catalog.names(), stop_event=stop_event))
             while not task.done() and not (data_dir / UP_FILE).exists():
                 await asyncio.sleep(0.05)
                 if settings_ready(port):

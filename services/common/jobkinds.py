@@ -1,34 +1,23 @@
-"""Every job kind: which queue runs it and which function does the work ("module:function", imported
-by the worker only). Services start jobs by kind; workers run them; tests may register their own."""
+"""The job kinds this process knows: which queue runs each and which function does the work. Filled from the
+service specs by services.catalog (common names no service); JobStore and the worker runner look kinds up here."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+
+from services.common.spec import JobKind
+
+JOB_KINDS: dict[str, JobKind] = {}
 
 
-@dataclass(frozen=True)
-class JobKind:
-    queue: str
-    target: str  # "package.module:function", called with a JobContext
+def install(kinds: Mapping[str, JobKind]) -> None:
+    for name, kind in kinds.items():
+        known = JOB_KINDS.get(name)
+        if known is not None and known != kind:
+            raise ValueError(f"job kind {name!r} is declared twice ({known} and {kind})")
+        JOB_KINDS[name] = kind
 
 
-# A queue per job class, so operators can size and place workers per class (GPU nodes for training...).
-QUEUES = ("default", "training", "distillation", "calibration", "unlearning", "audit")
-
-JOB_KINDS: dict[str, JobKind] = {
-    "platform.selftest": JobKind("default", "services.platform.jobs:run_selftest"),
-    "unlearning.train": JobKind("training", "services.unlearning.jobs:run_training"),
-    "unlearning.unlearn": JobKind("unlearning", "services.unlearning.jobs:run_unlearning"),
-    "unlearning.audit": JobKind("audit", "services.unlearning.jobs:run_audit"),
-    "moderation.train_guard": JobKind("training", "services.moderation.jobs:run_guard_training"),
-    "moderation.train_policy_scorer": JobKind("training", "services.moderation.jobs:run_policy_scorer_training"),
-    "moderation.calibrate": JobKind("calibration", "services.moderation.jobs:run_calibration"),
-    "moderation.distill": JobKind("distillation", "services.moderation.jobs:run_distillation"),
-    "recommendation.import": JobKind("default", "services.recommendation.jobs:run_import"),
-    "recommendation.train": JobKind("training", "services.recommendation.jobs:run_training"),
-}
-
-
-def register_kind(name: str, queue: str, target: str) -> None:
-    if queue not in QUEUES:
-        raise ValueError(f"unknown queue {queue!r}; known: {', '.join(QUEUES)}")
-    JOB_KINDS[name] = JobKind(queue, target)
+def queues() -> tuple[str, ...]:
+    """Every queue a known job kind runs on ("default" first): a queue per job class, so operators can size and
+    place workers per class (GPU nodes for training, ...)."""
+    return tuple(dict.fromkeys(["default", *(k.queue for k in JOB_KINDS.values())]))

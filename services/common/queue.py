@@ -4,7 +4,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
-from services.common.jobkinds import QUEUES
+from services.common.jobkinds import queues
 from services.common.settings import Settings
 
 RUN_JOB_TASK = "praxon.run_job"
@@ -16,7 +16,7 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,  # a message is acked only after its job ran; the job table guards against reruns
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        task_queues=[Queue(q) for q in QUEUES],
+        task_queues=[Queue(q) for q in queues()],
         task_default_queue="default",
         task_serializer="json",
         accept_content=["json"],

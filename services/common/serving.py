@@ -25,26 +25,13 @@ from typing import Any, Generic, TypeVar
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, PraxonError, Unavailable
 from services.common.registry import Registry
+from services.common.settings import ServingConfig
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")  # what a model version loads into
 Item = TypeVar("Item")      # a batched request
 Result = TypeVar("Result")  # its result
-
-
-@dataclass(frozen=True)
-class ServingConfig:
-    """The knobs every model-serving service has; a service's own ServingConfig extends it (and may change the
-    defaults)."""
-
-    default_alias: str = "production"
-    alias_check_s: float = 2.0        # a followed alias is re-resolved at most this often (hot swap latency)
-    load_wait_s: float = 10.0         # a request waits this long for a loading model, then gets UNAVAILABLE
-    retry_after_s: float = 1.0        # RetryInfo delay of UNAVAILABLE answers
-    max_models: int = 8               # loaded model versions kept per cache (LRU)
-    max_batch: int = 32               # dynamic batching: at most this many requests per batch
-    max_wait_ms: float = 2.0          # ... collected for at most this long after the first one arrives
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 built in __main__ / the CLI and passed down. Nothing here is read at import time."""
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,8 +35,21 @@ class JobSettings(BaseModel):
     # torch intra-op threads per job process (0: torch's default, one per core). Several worker processes on
     # one node should split the cores rather than each take all of them.
     torch_threads: int = Field(0, ge=0)
-    # Extra modules that register job kinds in the worker (tests register their own here).
-    extra_modules: list[str] = Field(default_factory=list)
+
+
+class ServingConfig(BaseModel):
+    """The knobs every model-serving service has; a service's settings section extends it (and may change the
+    defaults)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default_alias: str = "production"
+    alias_check_s: float = 2.0        # a followed alias is re-resolved at most this often (hot swap latency)
+    load_wait_s: float = 10.0         # a request waits this long for a loading model, then gets UNAVAILABLE
+    retry_after_s: float = 1.0        # RetryInfo delay of UNAVAILABLE answers
+    max_models: int = 8               # loaded model versions kept per cache (LRU)
+    max_batch: int = 32               # dynamic batching: at most this many requests per batch
+    max_wait_ms: float = 2.0          # ... collected for at most this long after the first one arrives
 
 
 class Settings(BaseSettings):
@@ -50,3 +63,5 @@ class Settings(BaseSettings):
     jobs: JobSettings = Field(default_factory=JobSettings)
     metrics_port: int = Field(9464, ge=0, le=65535)
     log_level: str = "INFO"
+    # Service specs hosted beside the built-in ones ("module:SPEC"): plugins, and the tests' own job kinds.
+    extra_services: list[str] = Field(default_factory=list)

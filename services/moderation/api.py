@@ -16,6 +16,7 @@ from services.common import convert
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidArgument
 from services.common.jobs import page_size
 from services.common.registry import check_model_name
+from services.common.spec import service_settings
 from services.common.server import AppContext, current_tenant
 from services.common.serving import ModelCache, ref_key
 from services.moderation.decision import ModerationResult, Thresholds
@@ -499,7 +500,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
 
 
 def register(server: grpc.aio.Server, app: AppContext) -> list[str]:
-    config = app.extras.get("moderation_config") or ServingConfig()
+    config = service_settings(app.settings, "moderation", ServingConfig)
     servicer = ModerationServicer(app, config)
     app.extras["moderation_servicer"] = servicer  # tests and admin tooling look at its caches
     moderation_pb2_grpc.add_ModerationServiceServicer_to_server(servicer, server)

@@ -15,7 +15,7 @@ def _stub(target):
 
 
 def _target(args):
-    from services.cli.client import resolve_target  # noqa: PLC0415
+    from services.common.client import resolve_target  # noqa: PLC0415
 
     return resolve_target(args.address, args.token, args.data_dir)
 
@@ -78,7 +78,7 @@ def cmd_check(args) -> None:
 
 
 def _watch_job(target, job, what: str) -> None:
-    from services.cli.client import state_name, watch  # noqa: PLC0415
+    from services.common.client import state_name, watch  # noqa: PLC0415
     from services.common.convert import from_struct  # noqa: PLC0415
 
     print(f"started {what} job {job.id}")
@@ -233,7 +233,7 @@ def demo(target) -> None:
 
     from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
     from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
-    from services.cli.client import state_name, watch  # noqa: PLC0415
+    from services.common.client import state_name, watch  # noqa: PLC0415
     from services.common.convert import from_struct  # noqa: PLC0415
 
     stub = _stub(target)

@@ -12,23 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import serving
+from services.moderation.settings import ServingConfig
 from services.common.errors import FailedPrecondition
 from services.common.serving import parse_model_ref as parse_model_ref  # re-exported for the CLI
 from services.moderation.decision import ModerationResult, Thresholds, moderate_batch
-
-
-@dataclass(frozen=True)
-class ServingConfig(serving.ServingConfig):
-    """Knobs of the moderation service (put one in app.extras["moderation_config"] to override); the shared ones
-    (default_alias, alias_check_s, load_wait_s, retry_after_s, max_models, max_batch, max_wait_ms) are
-    services.common.serving.ServingConfig's, with its defaults."""
-
-    default_guard: str = "guard"
-    default_scorer: str = "policy-scorer"
-    batch_workers: int = 0            # batches run at once; 0 = 2 * cores / torch threads
-    max_text_bytes: int = 1 << 20     # hard cap on one text's UTF-8 size, checked before any other work
-    max_batch_items: int = 256        # ModerateBatch items
-    thresholds_ttl_s: float = 1.0     # thresholds cache per process (a change through another replica: <= ttl)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from services.common import convert
 from services.common.errors import FieldViolation, InvalidArgument
 from services.common.jobs import parse_uuid
 from services.common.registry import check_model_name
+from services.common.spec import service_settings
 from services.common.server import AppContext, current_tenant
 from services.common.serving import ModelCache, ref_key
 from services.recommendation.serving import (
@@ -202,7 +203,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
 
 
 def register(server: grpc.aio.Server, app: AppContext) -> list[str]:
-    servicer = RecommendationServicer(app, app.extras.get("recommendation_config") or ServingConfig())
+    servicer = RecommendationServicer(app, service_settings(app.settings, "recommendation", ServingConfig))
     app.extras["recommendation_servicer"] = servicer  # tests and admin tooling look at its cache and batcher
     recommendation_pb2_grpc.add_RecommendationServiceServicer_to_server(servicer, server)
     return [pb.DESCRIPTOR.services_by_name["RecommendationService"].full_name]

@@ -21,7 +21,7 @@ def _stub(target):
 
 
 def _target(args):
-    from services.cli.client import resolve_target  # noqa: PLC0415
+    from services.common.client import resolve_target  # noqa: PLC0415
 
     return resolve_target(args.address, args.token, args.data_dir)
 
@@ -52,7 +52,7 @@ def upload(target, path: Path):
 
 def finish(target, job, what: str, out=None):
     """Watch a job with a progress bar; on failure print its structured error (one problem per line) and exit."""
-    from services.cli.client import state_name, watch  # noqa: PLC0415
+    from services.common.client import state_name, watch  # noqa: PLC0415
 
     out = out or sys.stdout
 

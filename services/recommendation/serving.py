@@ -13,25 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import serving
+from services.recommendation.settings import ServingConfig
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.serving import parse_model_ref as parse_model_ref  # re-exported for the CLI
 from services.recommendation.jobs import REGISTRY_KIND, Recommender, load_recommender
 
 MAX_ID_CHARS = 256
-
-
-@dataclass(frozen=True)
-class ServingConfig(serving.ServingConfig):
-    """Knobs of the recommendation service (put one in app.extras["recommendation_config"] to override); the shared
-    ones are services.common.serving.ServingConfig's, some with other defaults here."""
-
-    default_model: str = "recommender"
-    load_wait_s: float = 30.0          # a request waits this long for a loading model, then gets UNAVAILABLE
-    max_models: int = 4                # loaded model versions kept (LRU)
-    max_batch: int = 64                # dynamic batching: at most this many histories per forward
-    max_k: int = 1000                  # largest k served (also bounded by the catalogue size)
-    max_history_items: int = 1000      # items in one history; the model reads only the most recent max_history
-    max_batch_histories: int = 1024    # histories in one RecommendBatch
 
 
 @dataclass(frozen=True)

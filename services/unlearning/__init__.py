@@ -1,4 +1,19 @@
 """Machine unlearning: certified (strongly convex models, noisy minimizer approximation), robust
 (out-of-distribution forget sets), approximate (any torch module, uncertified) and audits.
 
-Domain code only: no grpc import. The long jobs live in `services.unlearning.jobs`."""
+api.py (the servicer), records.py (immutable unlearning records), certified.py / robust.py / approximate.py /
+audit.py (the algorithms; no grpc), jobs.py (train, unlearn, audit), cli.py (`praxon unlearn ...`)."""
+from services.common.spec import DemoStep, JobKind, ServiceSpec
+
+SPEC = ServiceSpec(
+    name="unlearning",
+    servicers="services.unlearning.api:register",
+    job_kinds={
+        "unlearning.train": JobKind("training", "services.unlearning.jobs:run_training"),
+        "unlearning.unlearn": JobKind("unlearning", "services.unlearning.jobs:run_unlearning"),
+        "unlearning.audit": JobKind("audit", "services.unlearning.jobs:run_audit"),
+    },
+    cli="services.unlearning.cli",
+    demo=DemoStep("unlearning: train a certified guard head, forget records, audit the certificate, show the lineage",
+                  "services.unlearning.cli:demo"),
+)

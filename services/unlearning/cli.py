@@ -13,7 +13,7 @@ from praxon.models.v1 import models_pb2, models_pb2_grpc
 from praxon.unlearning.v1 import unlearning_pb2 as pb
 from praxon.unlearning.v1 import unlearning_pb2_grpc
 from services.common.convert import from_struct
-from services.cli.client import Target, resolve_target, state_name, watch
+from services.common.client import Target, resolve_target, state_name, watch
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
 METHOD_NAMES = ["certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",

@@ -3,7 +3,7 @@
 Rendering uses helm-python-sdk (Helm v4's Go SDK as a C library, called with ctypes: no helm binary, no cluster).
 The expectations come from the code, never from a copy of it:
   - env names: walked from services.common.settings.Settings (prefix and nested delimiter from its model_config);
-  - commands: parsed with services.cli.main.build_parser(), then checked against SERVICES / QUEUES / PREDICTORS;
+  - commands: parsed with services.cli.main.build_parser(), then checked against the services, queues and predictors of services/catalog.py;
   - ports: the Settings a container would build from its rendered environment, and the CLI's own defaults.
 """
 from __future__ import annotations
@@ -55,9 +55,9 @@ def _gpu_workers() -> dict:
 
 
 def _service_names() -> list[str]:
-    from services.cli.serve import SERVICES  # noqa: PLC0415
+    from services import catalog  # noqa: PLC0415
 
-    return list(SERVICES)
+    return catalog.names()
 
 
 def kserve_profile(predictor: str) -> dict:

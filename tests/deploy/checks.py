@@ -39,8 +39,9 @@ def parse_cli(args: list[str]) -> tuple[argparse.Namespace | None, str]:
 
 def check_commands(docs: list[dict]) -> list[str]:
     """Every praxon container runs a `praxon` subcommand that exists, for services/queues/predictors that exist."""
-    from services.cli.serve import PREDICTORS, SERVICES  # noqa: PLC0415
-    from services.common.jobkinds import QUEUES  # noqa: PLC0415
+    from services import catalog  # noqa: PLC0415
+
+    SERVICES, QUEUES, PREDICTORS = catalog.names(), catalog.queues(), catalog.predictors()
 
     problems = []
     for c in containers(docs):
@@ -60,16 +61,16 @@ def check_commands(docs: list[dict]) -> list[str]:
                 problems.append(f"{c.where}: `praxon serve` without a service name hosts every service")
             for s in ns.services:
                 if s not in SERVICES:
-                    problems.append(f"{c.where}: service {s!r} is not in services/cli/serve.py SERVICES "
+                    problems.append(f"{c.where}: service {s!r} is not a service of services/catalog.py "
                                     f"({', '.join(SERVICES)})")
         if ns.command == "worker":
             queues = ns.queues.split(",") if ns.queues != "all" else list(QUEUES)
             for q in queues:
                 if q not in QUEUES:
-                    problems.append(f"{c.where}: queue {q!r} is not in services/common/jobkinds.py QUEUES "
+                    problems.append(f"{c.where}: queue {q!r} is not a queue of any job kind in services/catalog.py "
                                     f"({', '.join(QUEUES)})")
         if ns.command == "predictor" and ns.name not in PREDICTORS:
-            problems.append(f"{c.where}: predictor {ns.name!r} is not in services/cli/serve.py PREDICTORS "
+            problems.append(f"{c.where}: predictor {ns.name!r} is not a predictor of services/catalog.py "
                             f"({', '.join(PREDICTORS) or 'none registered yet'})")
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
             cmd = c.spec.get(probe, {}).get("exec", {}).get("command")
@@ -166,32 +167,33 @@ def check_ports(docs: list[dict]) -> list[str]:
 def check_coverage(values: dict, docs: list[dict]) -> list[str]:
     """Every service in SERVICES and queue in QUEUES has a chart entry (and a Deployment when enabled); every chart
     entry exists in the code."""
-    from services.cli.serve import SERVICES  # noqa: PLC0415
-    from services.common.jobkinds import QUEUES  # noqa: PLC0415
+    from services import catalog  # noqa: PLC0415
+
+    SERVICES, QUEUES = catalog.names(), catalog.queues()
 
     problems = []
     deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
     for name in SERVICES:
         entry = values.get("services", {}).get(name)
         if entry is None:
-            problems.append(f"service {name!r} is in SERVICES but the chart has no entry: "
+            problems.append(f"service {name!r} is in services/catalog.py but the chart has no entry: "
                             + HOW_TO_ADD_SERVICE.format(name=name))
         elif entry.get("enabled") and f"{fullname()}-{name}" not in deployments:
             problems.append(f"service {name!r} is enabled but no Deployment {fullname()}-{name} was rendered")
     for name in values.get("services", {}):
         if name not in SERVICES:
-            problems.append(f"chart entry services.{name} is not a service in services/cli/serve.py SERVICES "
+            problems.append(f"chart entry services.{name} is not a service of services/catalog.py "
                             f"({', '.join(SERVICES)}): remove it or register the service")
     for q in QUEUES:
         entry = values.get("workers", {}).get(q)
         if entry is None:
-            problems.append(f"queue {q!r} is in QUEUES but the chart has no worker entry: "
+            problems.append(f"queue {q!r} is a job queue in services/catalog.py but the chart has no worker entry: "
                             + HOW_TO_ADD_QUEUE.format(name=q))
         elif entry.get("enabled") and f"{fullname()}-worker-{q}" not in deployments:
             problems.append(f"queue {q!r} is enabled but no Deployment {fullname()}-worker-{q} was rendered")
     for q in values.get("workers", {}):
         if q not in QUEUES:
-            problems.append(f"chart entry workers.{q} is not a queue in services/common/jobkinds.py QUEUES")
+            problems.append(f"chart entry workers.{q} is not a queue of any job kind in services/catalog.py")
     return problems
 
 

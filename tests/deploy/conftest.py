@@ -4,11 +4,10 @@ from tests.deploy.chartlib import PROFILES, kserve_profile, render
 
 
 def kserve_kind() -> str:
-    """A predictor kind for the KServe profile: a registered one when there is one. PREDICTORS is empty until the
-    first predictor lands; then "recommendation" stands in (test_chart_render registers it for the check only)."""
-    from services.cli.serve import PREDICTORS
+    """A predictor kind for the KServe profile: the first one services/catalog.py declares."""
+    from services import catalog
 
-    return next(iter(PREDICTORS), "recommendation")
+    return next(iter(catalog.predictors()))
 
 
 ALL_PROFILES = {**PROFILES, "kserve": kserve_profile(kserve_kind())}

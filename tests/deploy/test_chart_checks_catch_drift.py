@@ -72,11 +72,12 @@ def test_a_cli_command_that_does_not_exist_is_reported():
 
 
 def test_a_service_in_the_code_without_a_chart_entry_is_reported(base_docs, monkeypatch):
-    from services.cli import serve
+    from services import catalog
+    from services.common.spec import ServiceSpec
 
-    monkeypatch.setitem(serve.SERVICES, "imaginary", "services.imaginary.api:register")
+    monkeypatch.setattr(catalog, "SPECS", [*catalog.SPECS, ServiceSpec("imaginary", "services.imaginary.api:register")])
     problems = checks.check_coverage(deep_merge(values_yaml(), BASE), base_docs)
-    assert problems == ["service 'imaginary' is in SERVICES but the chart has no entry: "
+    assert problems == ["service 'imaginary' is in services/catalog.py but the chart has no entry: "
                         + checks.HOW_TO_ADD_SERVICE.format(name="imaginary")]
 
 
@@ -88,12 +89,13 @@ def test_a_chart_service_or_queue_the_code_lacks_is_reported(monkeypatch):
     assert any(p.startswith("chart entry services.search is not a service") for p in coverage), coverage
     assert any(p.startswith("chart entry workers.gpu-big is not a queue") for p in coverage), coverage
     commands = checks.check_commands(docs)
-    assert any("service 'search' is not in services/cli/serve.py SERVICES" in p for p in commands), commands
-    assert any("queue 'gpu-big' is not in services/common/jobkinds.py QUEUES" in p for p in commands), commands
+    assert any("service 'search' is not a service of services/catalog.py" in p for p in commands), commands
+    assert any("queue 'gpu-big' is not a queue of any job kind in services/catalog.py" in p for p in commands), commands
     # a queue the code drops also loses its chart entry's legitimacy
-    from services.common import jobkinds
+    from services import catalog
 
-    monkeypatch.setattr(jobkinds, "QUEUES", tuple(q for q in jobkinds.QUEUES if q != "default"))
+    known = catalog.queues()
+    monkeypatch.setattr(catalog, "queues", lambda: tuple(q for q in known if q != "default"))
     assert any("workers.default is not a queue" in p for p in checks.check_coverage(merged, docs))
 
 
@@ -101,7 +103,7 @@ def test_an_unregistered_predictor_kind_is_reported():
     docs = render(deep_merge(BASE, {"kserve": {"enabled": True, "inferenceServices": [
         {"name": "x", "predictor": "no-such-predictor", "tenant": "t", "model": "m", "minReplicas": 1,
          "maxReplicas": 1}]}}))
-    assert any("predictor 'no-such-predictor' is not in services/cli/serve.py PREDICTORS" in p
+    assert any("predictor 'no-such-predictor' is not a predictor of services/catalog.py" in p
                for p in checks.check_commands(docs))
 
 

@@ -21,14 +21,8 @@ PROFILE_NAMES = sorted(ALL_PROFILES)
 
 
 @pytest.fixture
-def registered_predictor(monkeypatch):
-    """Until a predictor is registered, the KServe profile's stand-in kind is registered for the checks."""
-    from services.cli import serve
-
-    kind = kserve_kind()
-    if kind not in serve.PREDICTORS:
-        monkeypatch.setitem(serve.PREDICTORS, kind, "services.recommendation.predictor:build")
-    return kind
+def registered_predictor():
+    return kserve_kind()
 
 
 @pytest.mark.parametrize("profile", PROFILE_NAMES)
@@ -131,8 +125,8 @@ def test_network_policies_keep_stores_to_praxon_pods(rendered):
         np = next(n for n in by_kind(docs, "NetworkPolicy") if n["metadata"]["name"] == f"{fullname()}-{store}")
         allowed = np["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
         let_in = {name for name, labels in pods.items() if allowed.items() <= labels.items()}
-        from services.cli.serve import SERVICES
-        services = tuple(f"-{name}" for name in SERVICES)
+        from services import catalog
+        services = tuple(f"-{name}" for name in catalog.names())
         assert let_in == {name for name in pods if "-worker-" in name or name.endswith((*services, "-migrate"))}
     workers = next(n for n in by_kind(docs, "NetworkPolicy") if n["metadata"]["name"].endswith("-workers"))
     assert workers["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in workers["spec"]

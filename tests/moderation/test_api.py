@@ -44,21 +44,9 @@ C2: Gambling
 """
 
 
-class ModerationServer(harness.PlatformServer):
-    """PlatformServer with the moderation service's config in app.extras (set before the services register)."""
-
-    def __init__(self, settings, services, config):
-        from services.cli.serve import registrars
-        from services.common.server import build_app_context, create_server
-
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.app = build_app_context(settings)
-        self.app.extras["moderation_config"] = config
-        self.app.store.ensure_bucket()
-        self.server, self.port = self.run(create_server(self.app, registrars(services)))
-        self.address = f"127.0.0.1:{self.port}"
+def moderation_server(settings, services, config):
+    """PlatformServer with the moderation service's settings section replaced (as PRAXON_MODERATION__* would)."""
+    return harness.PlatformServer(settings.model_copy(update={"moderation": config}), services)
 
 
 @dataclasses.dataclass
@@ -95,7 +83,7 @@ def mod_env(settings, tmp_path_factory):
     s = settings.model_copy(deep=True)
     s.grpc.max_message_bytes = 4 * MiB  # above the 1 MiB text limit, so oversize texts reach the service's checks
     config = ServingConfig(alias_check_s=0.3, load_wait_s=0.0, retry_after_s=0.2)
-    server = ModerationServer(s, ["platform", "moderation"], config)
+    server = moderation_server(s, ["platform", "moderation"], config)
     tenant_id, token = harness.token_for(settings, f"moderation-{uuid.uuid4().hex[:6]}")
     # One torch thread in the worker, as in this process: on shared, busy cores two threads are many times slower.
     saved = os.environ.get("OMP_NUM_THREADS")

@@ -82,12 +82,12 @@ def test_upload_with_wrong_sha256_is_rejected_and_nothing_is_lost(channel, tenan
 
 # ---- property test: random messages at every RPC of every service ------------------------------------------
 def _all_rpcs():
-    """Every method of every hosted praxon service (the platform's areas, and each area in SERVICES)."""
+    """Every method of every hosted praxon service (the platform's areas, and each area in catalog.names())."""
     import importlib
     import pkgutil
 
     import praxon
-    from services.cli.serve import SERVICES
+    from services import catalog
 
     platform_areas = {"jobs", "models", "artifacts"}
     out = []
@@ -95,7 +95,7 @@ def _all_rpcs():
         if not info.name.endswith("_pb2"):
             continue
         area = info.name.split(".")[1]
-        if area in SERVICES or area in platform_areas:
+        if area in catalog.names() or area in platform_areas:
             for svc in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
                 out += [(svc.full_name, m) for m in svc.methods]
     return sorted(out, key=lambda r: (r[0], r[1].name))
@@ -161,9 +161,9 @@ RPCS = _all_rpcs()
 
 @pytest.fixture(scope="module")
 def every_service(settings):
-    from services.cli.serve import SERVICES
+    from services import catalog
     from tests.harness import PlatformServer
-    server = PlatformServer(settings, list(SERVICES))
+    server = PlatformServer(settings, catalog.names())
     yield grpc.insecure_channel(server.address)
     server.stop()
 

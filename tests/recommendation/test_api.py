@@ -32,21 +32,9 @@ SYNTH = dict(n_users=400, n_items=60, n_clusters=4, min_len=5, max_len=12, synth
 TINY = dict(dim=16, batch_size=32, lr=3e-3, timesteps=200, sample_steps=10, patience=50, seed=3)
 
 
-class RecServer(harness.PlatformServer):
-    """PlatformServer with the recommendation service's config in app.extras (set before the services register)."""
-
-    def __init__(self, settings, services, config):
-        from services.cli.serve import registrars
-        from services.common.server import build_app_context, create_server
-
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.app = build_app_context(settings)
-        self.app.extras["recommendation_config"] = config
-        self.app.store.ensure_bucket()
-        self.server, self.port = self.run(create_server(self.app, registrars(services)))
-        self.address = f"127.0.0.1:{self.port}"
+def rec_server(settings, services, config):
+    """PlatformServer with the recommendation service's settings section replaced (as PRAXON_RECOMMENDATION__* would)."""
+    return harness.PlatformServer(settings.model_copy(update={"recommendation": config}), services)
 
 
 def start_worker(settings, log_dir):
@@ -103,7 +91,7 @@ def env(settings, tmp_path_factory):
     from services.recommendation.serving import ServingConfig
 
     config = ServingConfig(alias_check_s=0.3, load_wait_s=20.0, retry_after_s=0.2, max_wait_ms=5.0)
-    server = RecServer(settings, ["platform", "recommendation"], config)
+    server = rec_server(settings, ["platform", "recommendation"], config)
     tenant_id, token = harness.token_for(settings, f"rec-{uuid.uuid4().hex[:6]}")
     log_dir = tmp_path_factory.mktemp("rec-worker")
     worker = start_worker(settings, log_dir)

@@ -323,7 +323,7 @@ def test_training_request_validation(env):
 def test_cli_demo_step_and_commands(env, capsys, tmp_path):
     import time
 
-    from services.cli.client import Target
+    from services.common.client import Target
     from services.cli.main import main
     from services.unlearning.cli import demo
 

@@ -1,0 +1,73 @@
+"""The one list of services. Adding a service is adding its folder (services/<name>/__init__.py exports SPEC) and
+one line in SPECS; `praxon serve`, the worker, the CLI, the demo, the predictors and the chart tests read it.
+
+Importing this module imports only the services' __init__ modules (no servicer, job, torch or grpc) and installs
+their job kinds in services.common.jobkinds. Settings.extra_services adds specs from elsewhere (tests, plugins)."""
+from __future__ import annotations
+
+from pydantic import Field, create_model
+
+from services import moderation, platform, recommendation, unlearning
+from services.common import jobkinds
+from services.common.settings import Settings as BaseSettings
+from services.common.spec import ServiceSpec, resolve
+
+SPECS: list[ServiceSpec] = [
+    platform.SPEC,
+    unlearning.SPEC,
+    moderation.SPEC,
+    recommendation.SPEC,
+]
+
+
+def add(spec: ServiceSpec) -> None:
+    """Host one more service in this process (a plugin, or a test's throwaway service)."""
+    known = {s.name: s for s in SPECS}
+    if spec.name in known:
+        if known[spec.name] is not spec:
+            raise ValueError(f"service {spec.name!r} is declared twice")
+        return
+    jobkinds.install(spec.job_kinds)
+    SPECS.append(spec)
+
+
+def load_extra(settings: BaseSettings) -> None:
+    """Add the specs named by settings.extra_services ("module:SPEC")."""
+    for ref in settings.extra_services:
+        add(resolve(ref))
+
+
+def names() -> list[str]:
+    return [s.name for s in SPECS if s.servicers]
+
+
+def get(name: str) -> ServiceSpec:
+    for s in SPECS:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+def predictors() -> dict[str, str]:
+    return {name: ref for s in SPECS for name, ref in s.predictors.items()}
+
+
+def queues() -> tuple[str, ...]:
+    return jobkinds.queues()
+
+
+def settings_class() -> type[BaseSettings]:
+    """Settings with every service's typed section (PRAXON_<SERVICE>__<FIELD>)."""
+    sections = {s.name: (resolve(s.settings), Field(default_factory=resolve(s.settings))) for s in SPECS if s.settings}
+    return create_model("Settings", __base__=BaseSettings, **sections)
+
+
+def settings(**overrides) -> BaseSettings:
+    """The process's Settings, from PRAXON_* environment variables (and overrides)."""
+    s = settings_class()(**overrides)
+    load_extra(s)
+    return s
+
+
+for _spec in SPECS:
+    jobkinds.install(_spec.job_kinds)

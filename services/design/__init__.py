@@ -1,0 +1,24 @@
+"""Scientific design: GameOpt campaigns for combinatorial sequence design (gameopt/), SymmCD crystal generation with
+symmetry by construction (crystals/), and guided flow sampling by optimal control with energy-weighted flow
+matching (flows/). Each part has api.py (its servicer), its algorithm modules (no grpc), jobs.py and cli.py; the
+files at this level only put the parts together into one service."""
+from services.common.spec import DemoStep, JobKind, ServiceSpec
+
+SPEC = ServiceSpec(
+    name="design",
+    servicers="services.design.api:register",
+    job_kinds={
+        # gameopt
+        # crystals
+        # flows
+    },
+    cli="services.design.cli",
+    demo=DemoStep("design: an oracle GameOpt campaign, crystals with the space group asked for, guided flow sampling",
+                  "services.design.cli:demo"),
+)
+
+# The parts, in demo order; each is a subpackage services.design.<part> with api.register, cli.add_commands and
+# cli.demo. A part is listed here once it exists.
+PARTS: tuple[str, ...] = ()
+
+__all__ = ["SPEC", "PARTS", "JobKind"]
