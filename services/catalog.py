@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, create_model
 
-from services import moderation, platform, recommendation, unlearning
+from services import design, moderation, platform, recommendation, unlearning
 from services.common import jobkinds
 from services.common.settings import Settings as BaseSettings
 from services.common.spec import ServiceSpec, resolve
@@ -17,6 +17,7 @@ SPECS: list[ServiceSpec] = [
     unlearning.SPEC,
     moderation.SPEC,
     recommendation.SPEC,
+    design.SPEC,
 ]
 
 
