@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 import time
 import traceback
 import uuid
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
+from google.protobuf import any_pb2, descriptor, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -30,6 +31,7 @@ from services.common.settings import Settings
 from services.common.store import ArtifactStore
 
 log = logging.getLogger(__name__)
+_FD = descriptor.FieldDescriptor
 
 DOMAIN = "praxon.dev"
 _tenant: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_tenant")
@@ -116,6 +118,13 @@ class _Around(grpc.aio.ServerInterceptor):
     def applies(self, method: str) -> bool:
         return True
 
+    def deserializer(self, deserialize):
+        """The request deserializer to use (the outermost interceptor's is the one gRPC calls)."""
+        return deserialize
+
+    def each_request(self, request: Any) -> None:
+        """Called with every message of a client stream as the servicer reads it; may raise a PraxonError."""
+
     async def unary(self, method: str, call: Callable[[], Awaitable[Any]], request: Any, context) -> Any:
         return await call()
 
@@ -123,27 +132,38 @@ class _Around(grpc.aio.ServerInterceptor):
         async for item in call():
             yield item
 
+    async def _checked(self, requests):
+        async for item in requests:
+            self.each_request(item)
+            yield item
+
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
         if handler is None or not self.applies(details.method):
             return handler
         method = details.method
+        deserializer = self.deserializer(handler.request_deserializer)
+        client_streaming = bool(handler.stream_unary or handler.stream_stream) and \
+            type(self).each_request is not _Around.each_request
+
+        def requests(request):
+            return self._checked(request) if client_streaming else request
+
         if handler.unary_unary or handler.stream_unary:
             inner = handler.unary_unary or handler.stream_unary
 
             async def unary(request, context):
-                return await self.unary(method, lambda: inner(request, context), request, context)
+                return await self.unary(method, lambda: inner(requests(request), context), request, context)
             factory = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
-            return factory(unary, request_deserializer=handler.request_deserializer,
-                           response_serializer=handler.response_serializer)
+            return factory(unary, request_deserializer=deserializer, response_serializer=handler.response_serializer)
         inner = handler.unary_stream or handler.stream_stream
 
         async def streaming(request, context):
-            async for item in self.stream(method, lambda: _aiter(inner(request, context)), request, context):
+            async for item in self.stream(method, lambda: _aiter(inner(requests(request), context)), request,
+                                          context):
                 yield item
         factory = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
-        return factory(streaming, request_deserializer=handler.request_deserializer,
-                       response_serializer=handler.response_serializer)
+        return factory(streaming, request_deserializer=deserializer, response_serializer=handler.response_serializer)
 
 
 async def _aiter(result):
@@ -177,9 +197,43 @@ class RequestIdInterceptor(_Around):
             yield item
 
 
+class Undecodable:
+    """What a request body that is not a valid message deserializes to (bytes that do not parse, or nesting
+    deeper than protobuf's recursion limit): ErrorInterceptor answers it with INVALID_ARGUMENT."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def error(self) -> InvalidArgument:
+        return InvalidArgument("request", f"the request body is not a valid {self.type_name} (bytes that do not "
+                               "parse, or messages nested deeper than the protobuf limit)", reason="MALFORMED_REQUEST")
+
+
+def _never_raises(deserialize):
+    if deserialize is None:
+        return None
+    type_name = getattr(getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None), "full_name", "message")
+
+    def safe(data: bytes):
+        try:
+            return deserialize(data)
+        except Exception:  # noqa: BLE001 - any parse failure is the caller's bad bytes, answered by the interceptor
+            return Undecodable(type_name)
+    return safe
+
+
 class ErrorInterceptor(_Around):
     """Project errors -> their status code with ErrorInfo/BadRequest/RetryInfo; anything else -> INTERNAL with
-    the request id (the traceback goes to the log only)."""
+    the request id (the traceback goes to the log only). It also owns request decoding: gRPC would answer a body
+    that does not parse with UNKNOWN (unary) or INTERNAL (streams) and an exception class name; here every method,
+    health and reflection included, answers INVALID_ARGUMENT."""
+
+    def deserializer(self, deserialize):
+        return _never_raises(deserialize)
+
+    def each_request(self, request: Any) -> None:
+        if isinstance(request, Undecodable):
+            raise request.error()
 
     async def _abort(self, method: str, exc: BaseException, context) -> None:
         rid = current_request_id()
@@ -190,6 +244,7 @@ class ErrorInterceptor(_Around):
 
     async def unary(self, method, call, request, context):
         try:
+            self.each_request(request)
             return await call()
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
@@ -198,6 +253,7 @@ class ErrorInterceptor(_Around):
 
     async def stream(self, method, call, request, context):
         try:
+            self.each_request(request)
             async for item in call():
                 yield item
         except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
@@ -251,9 +307,71 @@ class AuthInterceptor(_Around):
             yield item
 
 
+_STRUCTS = ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue")
+
+
+def check_request_content(msg: Any, path: str = "") -> None:
+    """The one content rule for every request: no string (field, repeated item, map key or Struct key/value)
+    contains a NUL character (PostgreSQL text cannot hold one, and no praxon field means one), and every number in
+    a Struct is finite (JSON has no NaN or infinity). Raises InvalidArgument naming the field as the request
+    spells it ("extra_params.lr", "items[2].text")."""
+    name = msg.DESCRIPTOR.full_name
+    if name == "google.protobuf.Value":
+        kind = msg.WhichOneof("kind")
+        if kind == "string_value":
+            _check_text(msg.string_value, path)
+        elif kind == "number_value" and not math.isfinite(msg.number_value):
+            raise InvalidArgument(path, "must be a finite number", reason="NON_FINITE_NUMBER")
+        elif kind == "struct_value":
+            check_request_content(msg.struct_value, path)
+        elif kind == "list_value":
+            check_request_content(msg.list_value, path)
+        return
+    if name == "google.protobuf.Struct":
+        for key, value in msg.fields.items():
+            sub = f"{path}.{key}" if path else key
+            _check_text(key, sub)
+            check_request_content(value, sub)
+        return
+    if name == "google.protobuf.ListValue":
+        for i, value in enumerate(msg.values):
+            check_request_content(value, f"{path}[{i}]")
+        return
+    for fd, value in msg.ListFields():
+        sub = f"{path}.{fd.name}" if path else fd.name
+        if fd.type == _FD.TYPE_STRING:
+            if fd.is_repeated:
+                for i, item in enumerate(value):
+                    _check_text(item, f"{sub}[{i}]")
+            else:
+                _check_text(value, sub)
+        elif fd.type == _FD.TYPE_MESSAGE:
+            if fd.message_type.GetOptions().map_entry:
+                key_fd, value_fd = fd.message_type.fields_by_name["key"], fd.message_type.fields_by_name["value"]
+                for key, item in value.items():
+                    item_path = f"{sub}.{key}" if key_fd.type == _FD.TYPE_STRING else f"{sub}[{key}]"
+                    if key_fd.type == _FD.TYPE_STRING:
+                        _check_text(key, item_path)
+                    if value_fd.type == _FD.TYPE_MESSAGE:
+                        check_request_content(item, item_path)
+                    elif value_fd.type == _FD.TYPE_STRING:
+                        _check_text(item, item_path)
+            elif fd.is_repeated:
+                for i, item in enumerate(value):
+                    check_request_content(item, f"{sub}[{i}]")
+            else:
+                check_request_content(value, sub)
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise InvalidArgument(path or "request", "must not contain a NUL character", reason="NUL_CHARACTER")
+
+
 class LimitsInterceptor(_Around):
-    """Deadlines and message size: a unary call without a client deadline gets the server default; a request
-    larger than the configured limit is INVALID_ARGUMENT naming its largest field."""
+    """Deadlines, message size and content: a unary call without a client deadline gets the server default; a
+    request larger than the configured limit is INVALID_ARGUMENT naming its largest field; every request message
+    (each one of a client stream too) passes check_request_content."""
 
     def __init__(self, max_message_bytes: int, default_deadline_s: float):
         self.max_bytes, self.default_deadline_s = max_message_bytes, default_deadline_s
@@ -273,8 +391,13 @@ class LimitsInterceptor(_Around):
         raise InvalidArgument(name, f"request is {request.ByteSize()} bytes; the limit is {self.max_bytes}",
                               reason="MESSAGE_TOO_LARGE")
 
+    def each_request(self, request: Any) -> None:
+        if hasattr(request, "ByteSize"):
+            self._check_size(request)
+            check_request_content(request)
+
     async def unary(self, method, call, request, context):
-        self._check_size(request)
+        self.each_request(request)
         remaining = context.time_remaining()
         if remaining is None:
             try:
@@ -285,7 +408,7 @@ class LimitsInterceptor(_Around):
         return await call()
 
     async def stream(self, method, call, request, context):
-        self._check_size(request)
+        self.each_request(request)
         async for item in call():
             yield item
 
