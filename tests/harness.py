@@ -67,6 +67,7 @@ def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: 
                          metrics_port=0, extra_services=["tests.job_kinds:SPEC"])
     s.grpc.port = 0
     s.grpc.max_message_bytes = 1024 * 1024
+    s.grpc.requests_per_second_per_token = 0  # tests and benchmarks drive servers hard; the limit has its own test
     s.jobs.lease_seconds = jobs.get("lease_seconds", 6.0)  # generous: heartbeats compete for two busy cores
     s.jobs.heartbeat_seconds = jobs.get("heartbeat_seconds", 0.5)
     s.jobs.reaper_interval_seconds = jobs.get("reaper_interval_seconds", 1.0)

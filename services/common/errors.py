@@ -69,6 +69,16 @@ class Unavailable(PraxonError):
         self.retry_after_s = retry_after_s
 
 
+class ResourceExhausted(PraxonError):
+    """Over a limit (a full queue, a tenant's quota): the caller may retry after `retry_after_s`."""
+
+    reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, reason: str | None = None):
+        super().__init__(message, reason=reason)
+        self.retry_after_s = retry_after_s
+
+
 class Cancelled(PraxonError):
     """Raised inside a job when its cancellation was requested."""
 

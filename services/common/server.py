@@ -24,7 +24,7 @@ from psycopg_pool import ConnectionPool
 
 from services.common import db
 from services.common.errors import (AlreadyExists, Cancelled, FailedPrecondition, InvalidArgument, NotFound,
-                                    PraxonError, Unauthenticated, Unavailable)
+                                    PraxonError, ResourceExhausted, Unauthenticated, Unavailable)
 from services.common.jobs import JobStore
 from services.common.registry import Registry
 from services.common.settings import Settings
@@ -77,7 +77,7 @@ _CODES: list[tuple[type[PraxonError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT), (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS), (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED), (Unavailable, grpc.StatusCode.UNAVAILABLE),
-    (Cancelled, grpc.StatusCode.CANCELLED),
+    (Cancelled, grpc.StatusCode.CANCELLED), (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
@@ -97,7 +97,7 @@ def to_status(exc: BaseException, request_id: str) -> grpc.Status:
             details.append(_pack(error_details_pb2.BadRequest(field_violations=[
                 error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
                 for v in exc.violations])))
-        if isinstance(exc, Unavailable):
+        if isinstance(exc, (Unavailable, ResourceExhausted)):
             delay = duration_pb2.Duration()
             delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
             details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
@@ -262,11 +262,37 @@ class ErrorInterceptor(_Around):
             await self._abort(method, exc, context)
 
 
-class AuthInterceptor(_Around):
-    """Bearer API token -> tenant (tokens are stored hashed). Missing or bad token -> UNAUTHENTICATED."""
+class TokenBuckets:
+    """Request rate per API token: `rate` calls per second sustained, `burst` at once. Over it, a call gets
+    RESOURCE_EXHAUSTED with RetryInfo saying when the next one is allowed (per process: each replica counts its
+    own calls)."""
 
-    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0):
+    def __init__(self, rate: float, burst: int, max_tokens: int = 10_000):
+        self.rate, self.burst, self.max_tokens = float(rate), float(burst), max_tokens
+        self._buckets: dict[str, tuple[float, float]] = {}  # token id -> (level, last refill time)
+
+    def take(self, key: str, now: float | None = None) -> None:
+        if self.rate <= 0:
+            return
+        now = time.monotonic() if now is None else now
+        level, last = self._buckets.get(key, (self.burst, now))
+        level = min(self.burst, level + (now - last) * self.rate)
+        if level < 1.0:
+            self._buckets[key] = (level, now)
+            raise ResourceExhausted(f"request rate limit of {self.rate:g}/s for this API token exceeded",
+                                    retry_after_s=(1.0 - level) / self.rate, reason="RATE_LIMITED")
+        if len(self._buckets) >= self.max_tokens and key not in self._buckets:
+            self._buckets.clear()
+        self._buckets[key] = (level - 1.0, now)
+
+
+class AuthInterceptor(_Around):
+    """Bearer API token -> tenant (tokens are stored hashed). Missing or bad token -> UNAUTHENTICATED; a token over
+    its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
+
+    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, limits: TokenBuckets | None = None):
         self.pool, self.cache_seconds = pool, cache_seconds
+        self.limits = limits or TokenBuckets(0, 1)
         self._cache: dict[str, tuple[str, float, tuple[str, str]]] = {}
 
     def applies(self, method: str) -> bool:
@@ -280,6 +306,7 @@ class AuthInterceptor(_Around):
         token = token.strip()
         hit = self._cache.get(token)
         if hit and hit[1] > time.monotonic():
+            self.limits.take(hit[2][0])
             _tenant.set(hit[0])
             _token.set(hit[2])
             return
@@ -294,6 +321,7 @@ class AuthInterceptor(_Around):
         if len(self._cache) > 10_000:
             self._cache.clear()
         self._cache[token] = (tenant, time.monotonic() + self.cache_seconds, ident)
+        self.limits.take(ident[0])
         _tenant.set(tenant)
         _token.set(ident)
 
@@ -478,7 +506,9 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     transport_max = 4 * g.max_message_bytes
     server = grpc.aio.server(
         interceptors=[RequestIdInterceptor(), MetricsInterceptor(metrics_registry), ErrorInterceptor(),
-                      AuthInterceptor(app.pool), LimitsInterceptor(g.max_message_bytes, g.default_deadline_seconds)],
+                      AuthInterceptor(app.pool, limits=TokenBuckets(g.requests_per_second_per_token,
+                                                                    g.request_burst_per_token)),
+                      LimitsInterceptor(g.max_message_bytes, g.default_deadline_seconds)],
         options=[("grpc.max_receive_message_length", transport_max),
                  ("grpc.max_send_message_length", transport_max),
                  ("grpc.so_reuseport", 0)])

@@ -25,6 +25,9 @@ class GrpcSettings(BaseModel):
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     grace_seconds: float = Field(10.0, ge=0)
     default_deadline_seconds: float = Field(30.0, gt=0)
+    # Per API token: sustained calls per second and the burst above it (token bucket); 0 = unlimited.
+    requests_per_second_per_token: float = Field(200.0, ge=0)
+    request_burst_per_token: int = Field(400, ge=1)
 
 
 class JobSettings(BaseModel):
