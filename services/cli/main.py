@@ -13,8 +13,13 @@ from pathlib import Path
 from services import catalog
 
 
-def _settings():
-    return catalog.settings()  # parse config only when a command runs
+def _settings(data_dir: str | None = None):
+    """The process's Settings (parsed only when a command runs). With a data dir: when PRAXON_DATABASE_URL is not
+    set and `praxon up` runs there, its embedded PostgreSQL (not the 127.0.0.1:5432 default)."""
+    from services.common.client import resolve_database_url  # noqa: PLC0415
+
+    url = resolve_database_url(data_dir) if data_dir else None
+    return catalog.settings(**({"database_url": url} if url else {}))
 
 
 def cmd_serve(args) -> None:
@@ -44,10 +49,10 @@ def cmd_worker(args) -> None:
     start_worker(settings, queues, concurrency=args.concurrency, pool=args.pool)
 
 
-def cmd_migrate(args) -> None:  # noqa: ARG001
+def cmd_migrate(args) -> None:
     from services.common import db  # noqa: PLC0415
 
-    settings = _settings()
+    settings = _settings(args.data_dir)
     db.ensure_database(settings)
     applied = db.migrate(settings)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
@@ -56,7 +61,7 @@ def cmd_migrate(args) -> None:  # noqa: ARG001
 def cmd_token_create(args) -> None:
     from services.common import db  # noqa: PLC0415
 
-    settings = _settings()
+    settings = _settings(args.data_dir)
     with db.connect(settings) as conn:
         tenant_id, token = db.create_token(conn, args.tenant, args.name)
     print(json.dumps({"tenant": args.tenant, "tenant_id": tenant_id, "token": token}))
@@ -115,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_worker)
 
     sp = sub.add_parser("migrate", help="apply database migrations")
+    sp.add_argument("--data-dir", default=".praxon", help="use the database of `praxon up` running there "
+                    "(unless PRAXON_DATABASE_URL is set)")
     sp.set_defaults(func=cmd_migrate)
 
     sp = sub.add_parser("token", help="API tokens")
@@ -122,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     tp = tsub.add_parser("create", help="create a token for a tenant (created if new); prints it once")
     tp.add_argument("--tenant", required=True)
     tp.add_argument("--name", default="")
+    tp.add_argument("--data-dir", default=".praxon", help="use the database of `praxon up` running there "
+                    "(unless PRAXON_DATABASE_URL is set)")
     tp.set_defaults(func=cmd_token_create)
 
     for spec in catalog.SPECS:
@@ -137,12 +146,29 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except KeyboardInterrupt:
         pass
-    except Exception as exc:  # noqa: BLE001 - a CLI prints gRPC errors plainly
-        import grpc  # noqa: PLC0415
+    except Exception as exc:  # noqa: BLE001 - a CLI prints one line per error; the traceback only when debugging
+        if str(args.log_level).upper() == "DEBUG":
+            logging.getLogger("praxon").exception("the command failed")
+        raise SystemExit(f"error: {describe_error(exc)}") from None
 
-        if isinstance(exc, grpc.RpcError):
-            raise SystemExit(f"error: {exc.code().name}: {exc.details()}") from None
-        raise
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an error a command could not handle: a gRPC status with its details and field violations, an
+    OS error with the path, the project's own errors with their reason, else the exception's type and message."""
+    import grpc  # noqa: PLC0415
+
+    from services.common.errors import PraxonError  # noqa: PLC0415
+
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        from services.common.client import error_line  # noqa: PLC0415
+
+        return error_line(exc)
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    if isinstance(exc, PraxonError):
+        return f"{exc.reason}: {exc.message}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
 
 
 if __name__ == "__main__":

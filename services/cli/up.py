@@ -11,8 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
-from services.common.client import UP_FILE
 from services.common import db
+from services.common.client import UP_FILE, write_up_state
 from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, WeedS3, spawn, stop
 from services.common.settings import S3Settings
 
@@ -72,9 +72,10 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> N
             while not task.done() and not (data_dir / UP_FILE).exists():
                 await asyncio.sleep(0.05)
                 if settings_ready(port):
-                    up = {"address": f"127.0.0.1:{port}", "token": token, "pid": os.getpid()}
-                    (data_dir / UP_FILE).write_text(json.dumps(up))
-                    (data_dir / UP_FILE).chmod(0o600)
+                    # what every client command in this directory reads (services/common/client.py): where to
+                    # call, the demo token, and the database for local admin commands (`praxon token create`)
+                    write_up_state(data_dir, address=f"127.0.0.1:{port}", token=token, pid=os.getpid(),
+                                   database_url=settings.database_url.get_secret_value())
                     print(f"praxon is up: address 127.0.0.1:{port}, demo tenant token in {data_dir / UP_FILE}; "
                           f"logs in {data_dir}. Ctrl-C stops everything.", flush=True)
             while not task.done():  # a platform without its worker is not up: stop everything

@@ -1,60 +1,350 @@
-"""Client side of the CLI: where the platform is, the token, and a progress bar over WatchJob."""
+"""The client side of every `praxon` command (and of the demo): where the platform is and which token to use
+(including what `praxon up` started), a channel that retries what the server asks to retry, uploads, model
+references, and following a job to its end.
+
+Imports grpc and the generated contracts only: no torch, no pandas, no service module, so a CLI command starts in
+well under a second. Anything heavier is imported inside the function that needs it.
+
+- `resolve_target(address, token, data_dir)`: flag, then PRAXON_ADDRESS / PRAXON_TOKEN, then the state file
+  `praxon up` writes into its data dir (UP_FILE: address, demo token, database URL, pid).
+- `resolve_database_url(data_dir)`: PRAXON_DATABASE_URL, else the database `praxon up` runs (so `praxon token
+  create` after `praxon up` talks to the embedded PostgreSQL), else None (the Settings default).
+- `Target.channel()`: one channel per target whose unary calls are retried on UNAVAILABLE and RESOURCE_EXHAUSTED,
+  after the delay the server's RetryInfo gives (a short backoff when it gives none), within `retry_budget_s`.
+- `upload(target, name, data, content_type)`: streamed UploadArtifact (sha256 declared, checked by the server), or
+  with presigned=True a presigned PUT (CreateUpload, PUT, CompleteUpload) that never passes the bytes through gRPC.
+- `parse_model_ref` / `model_ref`: "name", "name:3", "name@alias" -> (name, version, alias) / common_pb2.ModelRef.
+- `watch` (a progress bar over WatchJob, reconnecting after the last event seen) and `wait_for_success` (watch, then
+  return the job if it SUCCEEDED, else exit with the job's structured error)."""
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import os
+import random
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from praxon.common.v1 import common_pb2
 from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from services.common.modelref import split_model_ref
 
-UP_FILE = "up.json"  # written by `praxon up` into its data dir: address and the demo token
+UP_FILE = "up.json"  # written by `praxon up` into its data dir: address, demo token, database URL, pid
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+# Bytes of content per UploadArtifact message: under 1 MiB with room for the first message's name, content type and
+# sha256 (a server configured with 1 MiB messages rejects a full 1 MiB chunk plus that header).
+CHUNK = (1 << 20) - (64 << 10)
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+# ---------------------------------------------------------------------------------------------- where and who
+def read_up_state(data_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """What `praxon up` recorded in data_dir (empty if it is not running there). A state file left by a launcher
+    that no longer runs (its pid is gone) is ignored."""
+    if not data_dir:
+        return {}
+    path = Path(data_dir) / UP_FILE
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    pid = found.get("pid")
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return {}
+        except PermissionError:
+            pass  # alive, owned by someone else
+    return found
+
+
+def write_up_state(data_dir: str | os.PathLike, **state: Any) -> Path:
+    """Record what `praxon up` runs (readable by its owner only: it holds a token), atomically."""
+    path = Path(data_dir) / UP_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return path
+
+
+def resolve_database_url(data_dir: str | os.PathLike | None) -> str | None:
+    """The database a local admin command (token create, migrate) should use: PRAXON_DATABASE_URL when set, else
+    the one `praxon up` runs in data_dir, else None (the Settings default)."""
+    if os.environ.get("PRAXON_DATABASE_URL"):
+        return None  # Settings reads it itself
+    return read_up_state(data_dir).get("database_url") or None
 
 
 @dataclass
 class Target:
+    """A platform address and the API token to call it with. `channel()` is shared by every stub of the target."""
+
     address: str
     token: str
+    retry_budget_s: float = 60.0  # total time spent waiting to retry one call
+    _channel: grpc.Channel | None = field(default=None, init=False, repr=False, compare=False)
 
     def channel(self) -> grpc.Channel:
-        return grpc.insecure_channel(self.address)
+        if self._channel is None:
+            self._channel = retrying_channel(self.address, budget_s=self.retry_budget_s)
+        return self._channel
 
     @property
     def metadata(self) -> list[tuple[str, str]]:
         return [("authorization", f"Bearer {self.token}")]
 
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
-def resolve_target(address: str | None, token: str | None, data_dir: str) -> Target:
-    up = Path(data_dir) / UP_FILE
-    found = json.loads(up.read_text()) if up.exists() else {}
-    address = address or os.environ.get("PRAXON_ADDRESS") or found.get("address") or "127.0.0.1:50051"
-    token = token or os.environ.get("PRAXON_TOKEN") or found.get("token")
+
+def resolve_target(address: str | None, token: str | None, data_dir: str | os.PathLike | None = ".praxon") -> Target:
+    """Flags first, then PRAXON_ADDRESS / PRAXON_TOKEN, then what `praxon up` recorded in data_dir."""
+    up = read_up_state(data_dir)
+    address = address or os.environ.get("PRAXON_ADDRESS") or up.get("address") or DEFAULT_ADDRESS
+    token = token or os.environ.get("PRAXON_TOKEN") or up.get("token")
     if not token:
-        raise SystemExit("no API token: pass --token, set PRAXON_TOKEN, or run `praxon up` here first")
+        raise SystemExit("no API token: pass --token, set PRAXON_TOKEN, or run `praxon up` here first "
+                         "(`praxon token create --tenant NAME` prints a new one)")
     return Target(address, token)
 
 
+# ---------------------------------------------------------------------------------------------- retries
+def status_details(err: grpc.RpcError) -> dict[str, Any]:
+    """The rich details of a failed call: {"reason", "violations": [(field, description)], "retry_after_s"}."""
+    from google.rpc import error_details_pb2  # noqa: PLC0415
+    from grpc_status import rpc_status  # noqa: PLC0415
+
+    out: dict[str, Any] = {"reason": "", "violations": [], "retry_after_s": None}
+    try:
+        status = rpc_status.from_call(err)
+    except (ValueError, AttributeError, TypeError):
+        return out
+    for d in status.details if status else []:
+        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            d.Unpack(info)
+            out["reason"] = info.reason
+        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            d.Unpack(bad)
+            out["violations"] = [(v.field, v.description) for v in bad.field_violations]
+        elif d.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            d.Unpack(info)
+            out["retry_after_s"] = info.retry_delay.ToTimedelta().total_seconds()
+    return out
+
+
+def retry_delay(err: grpc.RpcError, attempt: int) -> float | None:
+    """Seconds to wait before retrying a failed call, or None when it should not be retried: UNAVAILABLE and
+    RESOURCE_EXHAUSTED are retried after the server's RetryInfo delay; UNAVAILABLE without one (e.g. nothing
+    listens yet) with a short jittered exponential backoff for a few attempts. (RESOURCE_EXHAUSTED without RetryInfo,
+    e.g. a message over the size limit, will not get better by retrying.)"""
+    if not isinstance(err, grpc.RpcError) or not hasattr(err, "code") or err.code() not in RETRIED:
+        return None
+    asked = status_details(err)["retry_after_s"]
+    if asked is not None:
+        return max(0.0, asked)
+    if err.code() != grpc.StatusCode.UNAVAILABLE or attempt >= 4:
+        return None
+    return min(2.0, 0.1 * 2 ** attempt) * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
+
+
+class _RetryInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Retries unary calls as retry_delay says, while the total wait stays within budget_s and the call's own
+    deadline. (Streaming calls are not replayed here: WatchJob resumes in `watch`, uploads restart in `upload`.)"""
+
+    def __init__(self, budget_s: float, sleep=time.sleep):
+        self.budget_s, self.sleep = budget_s, sleep
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        waited, attempt = 0.0, 0
+        deadline = None if client_call_details.timeout is None else time.monotonic() + client_call_details.timeout
+        details = client_call_details
+        while True:
+            outcome = continuation(details, request)
+            err = outcome.exception() if outcome.code() != grpc.StatusCode.OK else None
+            if err is None:
+                return outcome
+            delay = retry_delay(err, attempt)
+            if delay is None or waited + delay > self.budget_s or (
+                    deadline is not None and time.monotonic() + delay >= deadline):
+                return outcome
+            self.sleep(delay)
+            waited += delay
+            attempt += 1
+            if deadline is not None:  # the retry gets what is left of the caller's deadline, not a fresh one
+                details = _CallDetails(details.method, max(0.001, deadline - time.monotonic()), details.metadata,
+                                       details.credentials, getattr(details, "wait_for_ready", None),
+                                       getattr(details, "compression", None))
+
+
+class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                           "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):
+    pass
+
+
+def retrying_channel(address: str, *, budget_s: float = 60.0) -> grpc.Channel:
+    """An insecure channel (loopback / inside a cluster) whose unary calls retry UNAVAILABLE/RESOURCE_EXHAUSTED."""
+    return grpc.intercept_channel(grpc.insecure_channel(address), _RetryInterceptor(budget_s))
+
+
+def error_line(err: grpc.RpcError) -> str:
+    """A failed call as one line: code, message, and the field violations if any."""
+    d = status_details(err)
+    text = f"{err.code().name}: {err.details()}"
+    if d["violations"]:
+        listed = "; ".join(f"{f}: {why}" for f, why in d["violations"])
+        if listed not in text:
+            text += f" ({listed})"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- uploads
+def content_type_of(data: bytes, name: str = "") -> str:
+    """A guess for data files: Parquet by its magic, safetensors by extension, else CSV/TSV/JSON by extension."""
+    if data[:4] == b"PAR1":
+        return "application/vnd.apache.parquet"
+    suffix = Path(name).suffix.lower()
+    return {".safetensors": "application/vnd.safetensors", ".json": "application/json",
+            ".jsonl": "application/jsonl", ".tsv": "text/tab-separated-values"}.get(suffix, "text/csv")
+
+
+def upload(target: Target, name: str, data: bytes | os.PathLike | str, content_type: str = "", *,
+           presigned: bool = False, attempts: int = 3) -> common_pb2.ArtifactRef:
+    """Register bytes (or a file's content) as an artifact of the caller's tenant and return its ArtifactRef.
+    Streamed through ArtifactService.UploadArtifact in CHUNK-sized messages with the sha256 declared (the server
+    checks it), restarted from the first chunk if the call fails with a retryable status; presigned=True PUTs the
+    bytes straight to the object store with a URL from CreateUpload, then CompleteUpload verifies and registers."""
+    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc  # noqa: PLC0415
+
+    if not isinstance(data, bytes | bytearray | memoryview):
+        data = Path(data).read_bytes()
+    data = bytes(data)
+    content_type = content_type or content_type_of(data, name)
+    digest = hashlib.sha256(data).hexdigest()
+    stub = artifacts_pb2_grpc.ArtifactServiceStub(target.channel())
+    if presigned:
+        import urllib.request  # noqa: PLC0415
+
+        created = stub.CreateUpload(artifacts_pb2.CreateUploadRequest(name=name, content_type=content_type,
+                                                                      sha256=digest), metadata=target.metadata)
+        req = urllib.request.Request(created.url, data=data, method="PUT", headers={"Content-Type": content_type})
+        with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310 - a URL the platform signed
+            if resp.status >= 300:
+                raise OSError(f"presigned upload of {name} failed: HTTP {resp.status}")
+        return stub.CompleteUpload(artifacts_pb2.CompleteUploadRequest(upload_id=created.upload_id),
+                                   metadata=target.metadata).artifact
+
+    def messages():
+        yield artifacts_pb2.UploadArtifactRequest(name=name, content_type=content_type, sha256=digest,
+                                                  chunk=data[:CHUNK])
+        for i in range(CHUNK, len(data), CHUNK):
+            yield artifacts_pb2.UploadArtifactRequest(chunk=data[i:i + CHUNK])
+
+    for attempt in range(attempts):
+        try:
+            return stub.UploadArtifact(messages(), metadata=target.metadata).artifact
+        except grpc.RpcError as err:
+            delay = retry_delay(err, attempt)
+            if delay is None or attempt == attempts - 1:
+                raise
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------------- model references
+def parse_model_ref(text: str | None, default_name: str = "") -> tuple[str, int, str]:
+    """"name", "name:3" or "name@alias" -> (name, version, alias) (services.common.modelref; ValueError if malformed)."""
+    return split_model_ref(text, default_name)
+
+
+def model_ref(text: str | None, default_name: str = "") -> common_pb2.ModelRef:
+    """parse_model_ref as the contracts' ModelRef (a CLI argument error exits with one line naming it)."""
+    try:
+        name, version, alias = parse_model_ref(text, default_name)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return common_pb2.ModelRef(name=name, version=version, alias=alias)
+
+
+# ---------------------------------------------------------------------------------------------- jobs
 def state_name(state: int) -> str:
     return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
-def watch(target: Target, job_id: str, out=None) -> common_pb2.Job:
-    """Follow a job to its end with a progress bar; returns the final job."""
-    out = out or sys.stdout
+def progress_line(e: common_pb2.JobEvent, width: int = 30) -> str:
+    filled = int(round(min(1.0, max(0.0, e.progress)) * width))
+    metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(e.metrics.items()))
+    return (f"[{'#' * filled}{'.' * (width - filled)}] {e.progress * 100:5.1f}% {state_name(e.state):9} "
+            f"{e.message[:50]:50} {metrics}")
+
+
+def watch(target: Target, job_id: str, out=None, *, reconnect_s: float = 60.0) -> common_pb2.Job:
+    """Follow a job to its end with a progress bar and return the final job. A dropped stream (server restart,
+    UNAVAILABLE) is reopened after the last event seen, for up to reconnect_s without progress."""
+    out = out or sys.stdout  # looked up at call time, so a redirected stdout is honoured
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
-    for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id), metadata=target.metadata):
-        e = item.event
-        width = 30
-        filled = int(round(e.progress * width))
-        metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(e.metrics.items()))
-        out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {e.progress * 100:5.1f}% {state_name(e.state):9} "
-                  f"{e.message[:50]:50} {metrics}")
-        out.flush()
-        if state_name(e.state) not in ("QUEUED", "RUNNING"):
-            break
-    out.write("\n")
+    after, attempt, since = 0, 0, time.monotonic()
+    tty = getattr(out, "isatty", lambda: False)()
+    while True:
+        try:
+            ended = False
+            for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
+                                      metadata=target.metadata):
+                e = item.event
+                after, attempt, since = max(after, e.sequence), 0, time.monotonic()
+                out.write(("\r" if tty else "") + progress_line(e) + ("" if tty else "\n"))
+                out.flush()
+                if state_name(e.state) in TERMINAL:
+                    ended = True
+                    break
+            if ended:
+                break
+            # the stream closed without a terminal event: read the job, and resume the stream if it still runs
+            job = stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=target.metadata).job
+            if state_name(job.state) in TERMINAL:
+                break
+        except grpc.RpcError as err:
+            delay = retry_delay(err, attempt)
+            if delay is None or time.monotonic() - since + delay > reconnect_s:
+                raise
+            time.sleep(delay)
+            attempt += 1
+    if tty:
+        out.write("\n")
+    out.flush()
     return stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=target.metadata).job
+
+
+def job_error(job: common_pb2.Job) -> str:
+    """A finished job's structured error, one problem per line."""
+    problems = "\n".join(f"  {p}" for p in job.error.message.split("; ") if p) or "  (no message)"
+    return f"({job.error.reason or state_name(job.state)}):\n{problems}"
+
+
+def wait_for_success(target: Target, job: common_pb2.Job | str, what: str = "", out=None) -> common_pb2.Job:
+    """Watch a job (a Job or its id) with a progress bar; return it if it SUCCEEDED, else exit (SystemExit, status
+    1) with its state and structured error, one problem per line."""
+    out = out or sys.stdout
+    job_id = job if isinstance(job, str) else job.id
+    what = what or (job.kind if not isinstance(job, str) else "")
+    out.write(f"{what + ' ' if what else ''}job {job_id}:\n")
+    done = watch(target, job_id, out)
+    if state_name(done.state) != "SUCCEEDED":
+        raise SystemExit(f"{what + ' ' if what else ''}job {job_id} ended {state_name(done.state)} {job_error(done)}")
+    return done

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, PraxonError, Unavailable
+from services.common.modelref import split_model_ref
 from services.common.registry import Registry
 from services.common.settings import ServingConfig
 
@@ -51,17 +52,12 @@ def ref_key(tenant_id: str, ref: Any, default_name: str) -> RefKey:
 
 
 def parse_model_ref(text: str, default_name: str) -> tuple[str, int, str]:
-    """"name", "name:3" or "name@alias" -> (name, version, alias)."""
-    text = (text or "").strip() or default_name
-    if "@" in text:
-        name, _, alias = text.partition("@")
-        return name, 0, alias
-    if ":" in text:
-        name, _, ver = text.partition(":")
-        if not ver.isdigit() or int(ver) < 1:
-            raise InvalidArgument("model", "expected name, name:VERSION or name@ALIAS")
-        return name, int(ver), ""
-    return text, 0, ""
+    """"name", "name:3" or "name@alias" -> (name, version, alias) (the one parser, services.common.modelref);
+    a malformed reference -> InvalidArgument on the field "model"."""
+    try:
+        return split_model_ref(text, default_name)
+    except ValueError:
+        raise InvalidArgument("model", "expected name, name:VERSION or name@ALIAS") from None
 
 
 @dataclass

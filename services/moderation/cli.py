@@ -21,13 +21,9 @@ def _target(args):
 
 
 def _model_ref(text: str | None, default: str = ""):
-    from praxon.common.v1 import common_pb2  # noqa: PLC0415
-    from services.moderation.serving import parse_model_ref  # noqa: PLC0415
+    from services.common.client import model_ref  # noqa: PLC0415 - no torch
 
-    if not text:
-        return None
-    name, version, alias = parse_model_ref(text, default)
-    return common_pb2.ModelRef(name=name, version=version, alias=alias)
+    return model_ref(text, default) if text else None
 
 
 def format_result(label: str, r, out=None) -> None:
@@ -78,13 +74,10 @@ def cmd_check(args) -> None:
 
 
 def _watch_job(target, job, what: str) -> None:
-    from services.common.client import state_name, watch  # noqa: PLC0415
+    from services.common.client import wait_for_success  # noqa: PLC0415
     from services.common.convert import from_struct  # noqa: PLC0415
 
-    print(f"started {what} job {job.id}")
-    job = watch(target, job.id)
-    if state_name(job.state) != "SUCCEEDED":
-        raise SystemExit(f"{what} job ended {state_name(job.state)}: {job.error.reason} {job.error.message}")
+    job = wait_for_success(target, job, what)
     models = ", ".join(f"{m.name} v{m.version}" for m in job.models)
     metrics = " ".join(f"{k}={v:.3f}" for k, v in sorted(from_struct(job.result).get("metrics", {}).items()))
     print(f"registered {models} {metrics}")

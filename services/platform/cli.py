@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from praxon.models.v1 import models_pb2, models_pb2_grpc
-from services.common.client import Target, resolve_target, state_name, watch
+from services.common.client import Target, resolve_target, state_name, wait_for_success, watch
 
 
 def cmd_jobs(args) -> None:
@@ -33,6 +33,15 @@ def cmd_models(args) -> None:
 
     target = resolve_target(args.address, args.token, args.data_dir)
     stub = models_pb2_grpc.ModelRegistryServiceStub(target.channel())
+    if args.action == "alias":
+        if not args.name or args.version is None or not args.alias:
+            raise SystemExit("usage: praxon models alias NAME VERSION ALIAS")
+        v = stub.SetAlias(models_pb2.SetAliasRequest(name=args.name, alias=args.alias, version=args.version),
+                          metadata=target.metadata).version
+        print(f"alias {args.alias} -> {v.name} v{v.version}  (aliases of v{v.version}: {','.join(v.aliases) or '-'})")
+        return
+    if args.version is not None or args.alias:
+        raise SystemExit("usage: praxon models list [NAME]")
     if args.name:
         resp = stub.ListModelVersions(models_pb2.ListModelVersionsRequest(name=args.name), metadata=target.metadata)
         for v in resp.versions:
@@ -51,10 +60,8 @@ def cmd_selftest(args) -> None:
     job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=args.steps, step_seconds=args.step_seconds),
                                 metadata=target.metadata).job
     print(f"started self-test job {job.id}")
-    job = watch(target, job.id)
+    job = wait_for_success(target, job, "self-test")
     print(f"self-test {state_name(job.state)}: result={dict(job.result)}")
-    if state_name(job.state) != "SUCCEEDED":
-        raise SystemExit(1)
 
 
 def demo(target: Target) -> None:
@@ -63,9 +70,7 @@ def demo(target: Target) -> None:
     job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=10, step_seconds=0.2),
                                 metadata=target.metadata).job
     print(f"submitted job {job.id} ({job.kind}); watching its events:")
-    job = watch(target, job.id)
-    if state_name(job.state) != "SUCCEEDED":
-        raise SystemExit(f"self-test ended {state_name(job.state)}: {job.error.message}")
+    job = wait_for_success(target, job, "self-test")
     print(f"result: digest {job.result['digest'][:16]}..., artifacts: "
           f"{[a.name + ' sha256=' + a.sha256[:12] for a in job.artifacts]}, models: "
           f"{[m.name + ' v' + str(m.version) for m in job.models]}")
@@ -85,10 +90,14 @@ def add_commands(sub, client_opts) -> None:
         jsub.add_parser(action).add_argument("job_id")
     sp.set_defaults(func=cmd_jobs)
 
-    sp = sub.add_parser("models", help="list models, or the versions of one")
+    sp = sub.add_parser("models", help="list models or the versions of one; point an alias at a version",
+                        description="praxon models list [NAME] | praxon models alias NAME VERSION ALIAS "
+                                    "(e.g. promote: praxon models alias guard 3 production)")
     client_opts(sp)
-    sp.add_argument("action", choices=["list"])
-    sp.add_argument("name", nargs="?")
+    sp.add_argument("action", choices=["list", "alias"])
+    sp.add_argument("name", nargs="?", help="model name")
+    sp.add_argument("version", nargs="?", type=int, help="alias: the version number to point at")
+    sp.add_argument("alias", nargs="?", help="alias: its name, e.g. production")
     sp.set_defaults(func=cmd_models)
 
     sp = sub.add_parser("selftest", help="run the platform self-test job and watch it")

@@ -2,11 +2,11 @@
 and score a history. Every command is a client of the public gRPC API (SERVICE_CLIS hook of services/cli/main.py)."""
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
-CHUNK = 1 << 20
+from services.common.client import upload, wait_for_success
+
 METRIC_COLUMNS = ("recall_5", "recall_10", "recall_20", "ndcg_5", "ndcg_10", "ndcg_20")
 # The demo trains for seconds, not hours: a small PreferDiff on MovieLens-100k (the paper's setting is dim 128+, up to
 # 150 epochs with early stopping; benchmarks/recommendation/quality.py runs it).
@@ -27,41 +27,10 @@ def _target(args):
 
 
 def _model_ref(text: str | None):
-    from praxon.common.v1 import common_pb2  # noqa: PLC0415
-    from services.recommendation.serving import ServingConfig, parse_model_ref  # noqa: PLC0415
+    from services.common.client import model_ref  # noqa: PLC0415
+    from services.recommendation.settings import ServingConfig  # noqa: PLC0415 - light: no torch
 
-    name, version, alias = parse_model_ref(text or "", ServingConfig().default_model)
-    return common_pb2.ModelRef(name=name, version=version, alias=alias)
-
-
-def upload(target, path: Path):
-    """Streams a file to ArtifactService (sha256 declared, checked by the server)."""
-    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc  # noqa: PLC0415
-
-    data = path.read_bytes()
-    ctype = "application/vnd.apache.parquet" if data[:4] == b"PAR1" else "text/csv"
-
-    def messages():
-        yield artifacts_pb2.UploadArtifactRequest(name=path.name, content_type=ctype,
-                                                  sha256=hashlib.sha256(data).hexdigest(), chunk=data[:CHUNK])
-        for i in range(CHUNK, len(data), CHUNK):
-            yield artifacts_pb2.UploadArtifactRequest(chunk=data[i:i + CHUNK])
-    return artifacts_pb2_grpc.ArtifactServiceStub(target.channel()).UploadArtifact(messages(),
-                                                                                    metadata=target.metadata).artifact
-
-
-def finish(target, job, what: str, out=None):
-    """Watch a job with a progress bar; on failure print its structured error (one problem per line) and exit."""
-    from services.common.client import state_name, watch  # noqa: PLC0415
-
-    out = out or sys.stdout
-
-    out.write(f"{what} job {job.id}:\n")
-    job = watch(target, job.id, out)
-    if state_name(job.state) != "SUCCEEDED":
-        problems = "\n".join(f"  {p}" for p in job.error.message.split("; "))
-        raise SystemExit(f"{what} job ended {state_name(job.state)} ({job.error.reason}):\n{problems}")
-    return job
+    return model_ref(text, ServingConfig().default_model)
 
 
 def import_dataset(target, *, builtin: str | None = None, path: Path | None = None, fmt: str = "",
@@ -72,14 +41,14 @@ def import_dataset(target, *, builtin: str | None = None, path: Path | None = No
 
     req = pb.StartImportInteractionsJobRequest(name=name)
     if path is not None:
-        art = upload(target, path)
+        art = upload(target, path.name, path)
         out.write(f"uploaded {path.name}: artifact {art.id} ({art.size_bytes} bytes)\n")
         req.artifact_id = art.id
         if fmt:
             req.format = pb.DataFormat.Value(f"DATA_FORMAT_{fmt.upper()}")
     else:
         req.builtin = pb.BuiltinDataset.Value("BUILTIN_DATASET_" + (builtin or "ml-100k").upper().replace("-", "_"))
-    job = finish(target, _stub(target).StartImportInteractionsJob(req, metadata=target.metadata).job, "import", out)
+    job = wait_for_success(target, _stub(target).StartImportInteractionsJob(req, metadata=target.metadata).job, "import", out)
     r = job.result
     out.write(f"dataset {r['dataset_artifact_id']}: {int(r['n_users'])} users, {int(r['n_items'])} items, "
               f"{int(r['n_interactions'])} interactions (split {int(r['n_train_users'])}/{int(r['n_valid_users'])}/"
@@ -102,7 +71,7 @@ def train(target, dataset_id: str, kind: str, name: str, params: dict, *, promot
         s = struct_pb2.Struct()
         s.update(extra)
         req.extra_params.CopyFrom(s)
-    job = finish(target, _stub(target).StartTrainingJob(req, metadata=target.metadata).job, f"{kind} training", out)
+    job = wait_for_success(target, _stub(target).StartTrainingJob(req, metadata=target.metadata).job, f"{kind} training", out)
     m = job.models[0]
     metrics = dict(job.result["metrics"])
     out.write(f"registered {m.name} v{m.version}: best epoch {int(metrics['best_epoch'])}/"

@@ -2,39 +2,25 @@
 README demo step. A plain client of the public gRPC API (UnlearningService, ArtifactService, ModelRegistry)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
 
-from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc
 from praxon.common.v1 import common_pb2
 from praxon.models.v1 import models_pb2, models_pb2_grpc
 from praxon.unlearning.v1 import unlearning_pb2 as pb
 from praxon.unlearning.v1 import unlearning_pb2_grpc
 from services.common.convert import from_struct
-from services.common.client import Target, resolve_target, state_name, watch
+from services.common.client import Target, model_ref, resolve_target, state_name, upload, wait_for_success
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
 METHOD_NAMES = ["certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",
                 "gradient_ascent"]
 KIND_NAMES = ["softmax_l2", "logreg_l2", "ridge_l2"]
-CHUNK = 1 << 20
 
 
 def _stub(target: Target) -> unlearning_pb2_grpc.UnlearningServiceStub:
     return unlearning_pb2_grpc.UnlearningServiceStub(target.channel())
-
-
-def upload(target: Target, name: str, data: bytes, content_type: str) -> common_pb2.ArtifactRef:
-    def messages():
-        digest = hashlib.sha256(data).hexdigest()
-        yield artifacts_pb2.UploadArtifactRequest(name=name, content_type=content_type, sha256=digest,
-                                                  chunk=data[:CHUNK])
-        for i in range(CHUNK, len(data), CHUNK):
-            yield artifacts_pb2.UploadArtifactRequest(chunk=data[i:i + CHUNK])
-    stub = artifacts_pb2_grpc.ArtifactServiceStub(target.channel())
-    return stub.UploadArtifact(messages(), metadata=target.metadata).artifact
 
 
 def synthetic_guard_data(n: int = 600, dim: int = 16, classes: int = 3, n_eval: int = 300, seed: int = 0
@@ -51,21 +37,12 @@ def synthetic_guard_data(n: int = 600, dim: int = 16, classes: int = 3, n_eval: 
 
 
 def _model_ref(text: str) -> common_pb2.ModelRef:
-    name, _, rest = text.partition(":")
-    if "@" in name:
-        name, _, alias = name.partition("@")
-        return common_pb2.ModelRef(name=name, alias=alias)
-    return common_pb2.ModelRef(name=name, version=int(rest) if rest else 0)
+    return model_ref(text)
 
 
 def _finish(target: Target, job: common_pb2.Job, wait: bool) -> common_pb2.Job:
     print(f"job {job.id} ({job.kind}) {state_name(job.state)}")
-    if not wait:
-        return job
-    job = watch(target, job.id)
-    if state_name(job.state) != "SUCCEEDED":
-        raise SystemExit(f"job {job.id} ended {state_name(job.state)}: {job.error.reason}: {job.error.message}")
-    return job
+    return wait_for_success(target, job) if wait else job
 
 
 def format_certificate(c: pb.Certificate) -> str:
