@@ -1,0 +1,20 @@
+"""Language-model generation: Hugging Face causal LMs from the registry served with iteration-level continuous
+batching, sampling, streaming and per-request KV-cache compression (VL-Cache, H2O, StreamingLLM).
+
+corpus.py (the built-in generated corpus), training.py (BPE tokenizer + small Llama from scratch), jobs.py (import,
+training), engine.py (continuous batching, sampling), kvpolicy.py (cache compression), api.py (the servicer),
+cli.py. Hugging Face directories <-> registry versions: services/common/hf.py."""
+from services.common.spec import DemoStep, JobKind, ServiceSpec
+
+SPEC = ServiceSpec(
+    name="generation",
+    servicers="services.generation.api:register",
+    job_kinds={
+        "generation.import": JobKind("default", "services.generation.jobs:run_import"),
+        "generation.train": JobKind("training", "services.generation.jobs:run_training"),
+    },
+    cli="services.generation.cli",
+    demo=DemoStep("generation: train a tiny Llama on the built-in corpus, stream an answer, retrieval with the "
+                  "full KV cache and with 10% of it (VL-Cache)", "services.generation.cli:demo"),
+    settings="services.generation.settings:GenerationConfig",
+)

@@ -1,0 +1,547 @@
+"""The generation engine: iteration-level continuous batching over a Hugging Face causal LM (Orca-style scheduling).
+
+One engine thread owns the model. Each iteration it (1) admits waiting requests up to `max_running`: each is
+prefilled alone with the model's own forward (transformers, batch 1), its first token sampled, and its prompt cache
+optionally compressed (services.generation.kvpolicy); (2) runs ONE decode step for every running sequence together:
+the model's layers are applied to the batch of last tokens, each sequence attending over its own cache through
+kernels.decode_attention (variable length per sequence, layer and KV head: compressed caches are ragged); (3) retires
+finished and cancelled sequences, whose cache is dropped at once. A request never waits for another to finish.
+
+Simplifications (said here, not hidden): prefill is not chunked (a long prompt delays the next decode step by its
+prefill); the decode step is written per family (Llama: RMSNorm/RoPE/GQA/SwiGLU; GPT-2: LayerNorm/learned
+positions/fused QKV) over the model's own modules, so its logits equal transformers' to float32 rounding, not bit for
+bit; cache memory is one buffer per sequence and layer (no paging).
+
+Sampling follows transformers' order: temperature, then top-k, then top-p, then a multinomial draw with the
+request's own torch.Generator (seeded: the same seed gives the same tokens, whatever else is in the batch, up to
+float rounding); temperature 0 is greedy. Logprobs are those of the model's unmodified distribution
+(log_softmax of the logits). Stop strings end generation at their first occurrence (the stop text is not returned);
+streamed text is held back while it could still be the start of a stop string or an incomplete UTF-8 character."""
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from kernels.decode_attention import decode_attention
+from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument, Unavailable
+from services.generation.kvpolicy import CachePolicy, compress
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Unavailable):
+    """The engine's queue is full: RESOURCE_EXHAUSTED with a retry delay."""
+
+    reason = "QUEUE_FULL"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.0        # 0: greedy
+    top_k: int = 0                  # 0: off
+    top_p: float = 1.0              # 1: off
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: int = 0               # top-n logprobs per token (0: none; the chosen token's is always given)
+    ignore_eos: bool = False
+
+
+@dataclass
+class TokenEvent:
+    token_id: int
+    text: str                        # text delta released with this token (may be empty)
+    logprob: float
+    top_logprobs: list[tuple[int, str, float]]
+
+
+@dataclass
+class Finished:
+    finish_reason: str               # "stop" | "length" | "cancelled" | "error"
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    completion_tokens: int
+    cache_bytes: int                 # KV bytes the sequence held when it left (prompt kept + generated)
+    full_cache_bytes: int            # what the full uncompressed cache would have held
+    kept_fraction: float             # prompt tokens kept / prompt tokens (over layers and heads)
+    time_to_first_token_s: float
+    freed: bool = True               # the engine dropped the sequence's cache
+    error: BaseException | None = None
+    budgets: list[int] = field(default_factory=list)
+
+
+class Request:
+    """A submitted generation; events arrive through `on_event` (called from the engine thread) in order:
+    TokenEvent..., then one Finished."""
+
+    _ids = 0
+
+    def __init__(self, prompt_ids: list[int], sampling: SamplingParams, policy: CachePolicy,
+                 on_event: Callable[[Any], None]):
+        Request._ids += 1
+        self.id = Request._ids
+        self.prompt_ids, self.sampling, self.policy, self.on_event = list(prompt_ids), sampling, policy, on_event
+        self.cancelled = threading.Event()
+        self.submitted = time.monotonic()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+# ------------------------------------------------------------------------------------------------ model adapters
+class _Adapter:
+    """The decode step of one model family over per-sequence caches."""
+
+    def __init__(self, model):
+        self.model = model
+        cfg = model.config
+        self.L = cfg.num_hidden_layers
+        self.H = cfg.num_attention_heads
+
+    def layers(self):
+        raise NotImplementedError
+
+
+class LlamaAdapter(_Adapter):
+    def __init__(self, model):
+        super().__init__(model)
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # noqa: PLC0415
+
+        self.rope = apply_rotary_pos_emb
+        a = model.model.layers[0].self_attn
+        self.D = a.head_dim
+        self.Hkv = model.config.num_key_value_heads
+        self.scale = a.scaling
+
+    def embed(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        h = self.model.model.embed_tokens(ids)[:, None, :]
+        return h, self.model.model.rotary_emb(h, position_ids=pos[:, None])
+
+    def qkv(self, layer: int, h: torch.Tensor, extra) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        blk = self.model.model.layers[layer]
+        a = blk.self_attn
+        x = blk.input_layernorm(h)
+        B, T = x.shape[:2]
+        q = a.q_proj(x).view(B, T, -1, self.D).transpose(1, 2)
+        k = a.k_proj(x).view(B, T, -1, self.D).transpose(1, 2)
+        v = a.v_proj(x).view(B, T, -1, self.D).transpose(1, 2)
+        cos, sin = extra
+        q, k = self.rope(q, k, cos, sin)
+        return q, k, v
+
+    def queries(self, layer: int, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Queries [H, T, D] of prompt rows (hidden = the layer's input [1, T, E], pos [T])."""
+        blk = self.model.model.layers[layer]
+        x = blk.input_layernorm(hidden)
+        q = blk.self_attn.q_proj(x).view(1, x.shape[1], -1, self.D).transpose(1, 2)
+        cos, sin = self.model.model.rotary_emb(hidden, position_ids=pos[None])
+        q, _ = self.rope(q, q, cos, sin)
+        return q[0]
+
+    def finish_layer(self, layer: int, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        blk = self.model.model.layers[layer]
+        h = h + blk.self_attn.o_proj(attn)
+        return h + blk.mlp(blk.post_attention_layernorm(h))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(self.model.model.norm(h))[:, -1].float()
+
+
+class GPT2Adapter(_Adapter):
+    def __init__(self, model):
+        super().__init__(model)
+        a = model.transformer.h[0].attn
+        self.D = a.head_dim
+        self.Hkv = self.H
+        self.scales = [blk.attn.scaling for blk in model.transformer.h]
+        self.scale = self.scales[0]
+
+    def embed(self, ids, pos):
+        t = self.model.transformer
+        return (t.wte(ids) + t.wpe(pos))[:, None, :], None
+
+    def _split(self, x, layer):
+        a = self.model.transformer.h[layer].attn
+        q, k, v = a.c_attn(x).split(a.split_size, dim=2)
+        B, T = x.shape[:2]
+        return [t.view(B, T, self.H, self.D).transpose(1, 2) for t in (q, k, v)]
+
+    def qkv(self, layer, h, extra):
+        return self._split(self.model.transformer.h[layer].ln_1(h), layer)
+
+    def queries(self, layer, hidden, pos):
+        return self._split(self.model.transformer.h[layer].ln_1(hidden), layer)[0][0]
+
+    def finish_layer(self, layer, h, attn):
+        blk = self.model.transformer.h[layer]
+        h = h + blk.attn.c_proj(attn)
+        return h + blk.mlp(blk.ln_2(h))
+
+    def logits(self, h):
+        return self.model.lm_head(self.model.transformer.ln_f(h))[:, -1].float()
+
+
+def adapter_for(model) -> _Adapter:
+    kind = getattr(model.config, "model_type", "")
+    if kind == "llama":
+        return LlamaAdapter(model)
+    if kind == "gpt2":
+        return GPT2Adapter(model)
+    raise FailedPrecondition(f"model family {kind!r} has no decode step in the local engine",
+                             reason="UNSUPPORTED_MODEL_FAMILY")
+
+
+def _layer_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    c = getattr(cache, "self_attention_cache", cache)
+    lay = c.layers[layer]
+    return lay.keys, lay.values
+
+
+# ------------------------------------------------------------------------------------------------ sequences
+class Sequence:
+    """A running request: its cache (per layer a buffer [Hkv, cap, D] and lengths [Hkv]) and its output."""
+
+    def __init__(self, req: Request, k: list[torch.Tensor], v: list[torch.Tensor], lengths: torch.Tensor,
+                 full_tokens: int, kept_fraction: float, budgets: list[int], generator: torch.Generator | None):
+        self.req = req
+        self.k, self.v, self.lengths = k, v, lengths  # lengths [L, Hkv] int64
+        self.pos = len(req.prompt_ids)                   # position of the next token fed
+        self.generated: list[int] = []
+        self.emitted = 0                                 # chars of text released
+        self.full_tokens = full_tokens
+        self.kept_fraction = kept_fraction
+        self.budgets = budgets
+        self.generator = generator
+        self.first_token_at: float | None = None
+        self.finish: str | None = None
+        self.final_text: str | None = None
+
+    def cache_bytes(self) -> int:
+        per = self.k[0].element_size() * (self.k[0].shape[-1] + self.v[0].shape[-1])
+        return int(self.lengths.sum()) * per
+
+    def buffer_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+
+class Engine:
+    """Continuous batching over one loaded model. submit() is thread-safe; events are delivered from the engine's
+    thread through each request's on_event."""
+
+    def __init__(self, model, tokenizer, *, max_running: int = 32, max_queued: int = 64,
+                 max_context: int | None = None, retry_after_s: float = 0.5, backend: str = "auto",
+                 name: str = "model"):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.adapter = adapter_for(model)
+        self.max_running, self.max_queued, self.retry_after_s = max_running, max_queued, retry_after_s
+        cfg_ctx = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 2048)
+        self.max_context = int(min(max_context or cfg_ctx, cfg_ctx))
+        self.eos = tokenizer.eos_token_id
+        self.backend = backend
+        self.name = name
+        self.waiting: deque[Request] = deque()
+        self.running: list[Sequence] = []
+        self._lock = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        # metrics
+        self.steps = 0
+        self.tokens_out = 0
+        self.freed_sequences = 0
+        self.ttft: deque[float] = deque(maxlen=1000)
+        self.batch_sizes: deque[int] = deque(maxlen=1000)
+
+    # -- public
+    def start(self) -> "Engine":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=f"engine-{self.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def check(self, prompt_ids: list[int], sampling: SamplingParams, field: str = "prompt") -> None:
+        if not prompt_ids:
+            raise InvalidArgument(field, "the prompt is empty (no tokens)")
+        if len(prompt_ids) + sampling.max_new_tokens > self.max_context:
+            if len(prompt_ids) >= self.max_context:
+                raise InvalidArgument(field, f"the prompt has {len(prompt_ids)} tokens; the model's context is "
+                                      f"{self.max_context}")
+            raise InvalidArgument("max_new_tokens", f"prompt ({len(prompt_ids)} tokens) + max_new_tokens "
+                                  f"({sampling.max_new_tokens}) exceeds the model's context of {self.max_context}")
+
+    def submit(self, req: Request) -> Request:
+        self.check(req.prompt_ids, req.sampling)
+        with self._lock:
+            if self._stop:
+                raise Unavailable("the engine is stopping", retry_after_s=self.retry_after_s)
+            if len(self.waiting) >= self.max_queued:
+                raise QueueFull(f"{len(self.waiting)} requests are queued for {self.name!r}; retry shortly",
+                                retry_after_s=self.retry_after_s)
+            self.waiting.append(req)
+            self._lock.notify_all()
+        self.start()
+        return req
+
+    def stats(self) -> dict[str, float]:
+        with self._lock:
+            running = list(self.running)
+            waiting = len(self.waiting)
+        return {"running": len(running), "queued": waiting,
+                "cache_bytes": float(sum(s.cache_bytes() for s in running)),
+                "cache_buffer_bytes": float(sum(s.buffer_bytes() for s in running)),
+                "steps": self.steps, "tokens_out": self.tokens_out, "freed_sequences": self.freed_sequences,
+                "mean_ttft_s": (sum(self.ttft) / len(self.ttft)) if self.ttft else 0.0,
+                "mean_batch": (sum(self.batch_sizes) / len(self.batch_sizes)) if self.batch_sizes else 0.0}
+
+    def generate(self, prompt_ids: list[int], sampling: SamplingParams = SamplingParams(),
+                 policy: CachePolicy = CachePolicy(), timeout: float = 300) -> tuple[list[TokenEvent], Finished]:
+        """Blocking convenience (tests, benchmarks): submit and collect."""
+        q: queue.Queue = queue.Queue()
+        self.submit(Request(prompt_ids, sampling, policy, q.put))
+        events = []
+        while True:
+            e = q.get(timeout=timeout)
+            if isinstance(e, Finished):
+                if e.error is not None:
+                    raise e.error
+                return events, e
+            events.append(e)
+
+    # -- the loop
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stop and not self.waiting and not self.running:
+                    self._lock.wait()
+                if self._stop:
+                    pending, self.waiting = list(self.waiting), deque()
+                    running, self.running = self.running, []
+                    break
+                admit = []
+                while self.waiting and len(self.running) + len(admit) < self.max_running:
+                    admit.append(self.waiting.popleft())
+            try:
+                with torch.inference_mode():
+                    for req in admit:
+                        self._admit(req)
+                    self._retire()
+                    if self.running:
+                        self._decode_step()
+                        self._retire()
+            except Exception as exc:  # noqa: BLE001 - fail the batch, keep the engine alive
+                log.exception("engine %s: step failed", self.name)
+                for s in list(self.running):
+                    s.finish = "error"
+                    self._leave(s, exc)
+                self.running = []
+        for req in pending:
+            req.on_event(self._finished_empty(req, "cancelled", Unavailable("server shutting down")))
+        for s in running:
+            s.finish = "cancelled"
+            self._leave(s, Unavailable("server shutting down"))
+
+    def _finished_empty(self, req: Request, reason: str, error: BaseException | None = None) -> Finished:
+        return Finished(reason, "", [], len(req.prompt_ids), 0, 0, 0, 0.0, 0.0, True, error)
+
+    def _admit(self, req: Request) -> None:
+        if req.cancelled.is_set():
+            req.on_event(self._finished_empty(req, "cancelled"))
+            return
+        try:
+            seq, logits = self._prefill(req)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("engine %s: prefill failed", self.name)
+            req.on_event(self._finished_empty(req, "error", exc))
+            return
+        self.running.append(seq)
+        self._emit(seq, logits[0])
+
+    def _prefill(self, req: Request) -> tuple[Sequence, torch.Tensor]:
+        a, pol = self.adapter, req.policy
+        ids = torch.tensor([req.prompt_ids], dtype=torch.long)
+        m = ids.shape[1]
+        out = self.model(input_ids=ids, use_cache=True, output_hidden_states=pol.compresses)
+        cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
+        keys = torch.stack([_layer_kv(cache, l_)[0][0] for l_ in range(a.L)])    # [L, Hkv, m, D]
+        values = torch.stack([_layer_kv(cache, l_)[1][0] for l_ in range(a.L)])
+        budgets: list[int] = []
+        if pol.compresses:
+            tau = min(pol.observation_window, m)
+            pos = torch.arange(m)
+            hs = out.hidden_states  # hs[l] is layer l's input
+            q_tail = q_all = None
+            if pol.policy == "vl_cache":
+                q_tail = torch.stack([a.queries(l_, hs[l_][:, m - tau:], pos[m - tau:]) for l_ in range(a.L)])
+            elif pol.policy == "h2o":
+                q_all = torch.stack([a.queries(l_, hs[l_], pos) for l_ in range(a.L)])
+            c = compress(pol, keys, values, q_tail.to(keys.dtype) if q_tail is not None else None,
+                         q_all.to(keys.dtype) if q_all is not None else None, a.scale)
+            keys, values, lengths = c.k, c.v, c.lengths
+            budgets = [int(b) for b in c.budgets]
+        else:
+            lengths = torch.full((a.L, keys.shape[1]), m, dtype=torch.int64)
+        cap = int(lengths.max()) + req.sampling.max_new_tokens + 1
+        kbuf, vbuf = [], []
+        for l_ in range(a.L):
+            kb = keys.new_zeros((keys.shape[1], cap, keys.shape[-1]))
+            vb = values.new_zeros((values.shape[1], cap, values.shape[-1]))
+            n = keys.shape[2]
+            kb[:, :n] = keys[l_]
+            vb[:, :n] = values[l_]
+            kbuf.append(kb)
+            vbuf.append(vb)
+        gen = None
+        if req.sampling.temperature > 0:
+            gen = torch.Generator()
+            gen.manual_seed(req.sampling.seed if req.sampling.seed is not None else
+                            int.from_bytes(__import__("os").urandom(6), "little"))
+        kept = float(lengths.sum()) / float(lengths.numel() * m)
+        seq = Sequence(req, kbuf, vbuf, lengths, m, kept, budgets, gen)
+        return seq, out.logits[:, -1].float()
+
+    def _decode_step(self) -> None:
+        a = self.adapter
+        seqs = self.running
+        B = len(seqs)
+        ids = torch.tensor([s.generated[-1] for s in seqs], dtype=torch.long)
+        pos = torch.tensor([s.pos for s in seqs], dtype=torch.long)
+        h, extra = a.embed(ids, pos)
+        for l_ in range(a.L):
+            q, k, v = a.qkv(l_, h, extra)  # [B, H|Hkv, 1, D]
+            M = 0
+            for b, s in enumerate(seqs):
+                ln = s.lengths[l_]
+                idx = ln  # append at each head's own length
+                s.k[l_][torch.arange(ln.numel()), idx] = k[b, :, 0]
+                s.v[l_][torch.arange(ln.numel()), idx] = v[b, :, 0]
+                s.lengths[l_] = ln + 1
+                M = max(M, int(s.lengths[l_].max()))
+            hk = seqs[0].k[l_].shape[0]
+            K = k.new_zeros((B, hk, M, k.shape[-1]))
+            V = v.new_zeros((B, hk, M, v.shape[-1]))
+            lens = torch.empty((B, hk), dtype=torch.int64)
+            for b, s in enumerate(seqs):
+                n = int(s.lengths[l_].max())
+                K[b, :, :n] = s.k[l_][:, :n]
+                V[b, :, :n] = s.v[l_][:, :n]
+                lens[b] = s.lengths[l_]
+            scale = a.scales[l_] if isinstance(a, GPT2Adapter) else a.scale
+            o = decode_attention(q[:, :, 0].contiguous(), K, V, lens, scale, backend=self.backend)  # [B, H, D]
+            h = a.finish_layer(l_, h, o.reshape(B, 1, -1))
+        logits = a.logits(h)
+        self.steps += 1
+        self.batch_sizes.append(B)
+        for b, s in enumerate(seqs):
+            s.pos += 1
+            self._emit(s, logits[b])
+
+    def _choose(self, s: Sequence, logits: torch.Tensor) -> int:
+        sp = s.req.sampling
+        if sp.temperature <= 0:
+            return int(torch.argmax(logits))
+        x = logits / sp.temperature
+        if sp.top_k > 0 and sp.top_k < x.numel():
+            kth = torch.topk(x, sp.top_k).values[-1]
+            x = x.masked_fill(x < kth, float("-inf"))
+        if sp.top_p < 1.0:
+            sorted_x, order = torch.sort(x, descending=False)
+            cum = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
+            remove = cum <= (1 - sp.top_p)
+            remove[-1] = False
+            x = x.masked_fill(remove.scatter(0, order, remove), float("-inf"))
+        probs = torch.softmax(x, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=s.generator))
+
+    def _emit(self, s: Sequence, logits: torch.Tensor) -> None:
+        sp = s.req.sampling
+        if s.req.cancelled.is_set():
+            s.finish = "cancelled"
+            return
+        tok = self._choose(s, logits)
+        lp = torch.log_softmax(logits, dim=-1)
+        top = []
+        if sp.logprobs > 0:
+            vals, idx = torch.topk(lp, min(sp.logprobs, lp.numel()))
+            top = [(int(i), self.tokenizer.decode([int(i)]), float(v)) for v, i in zip(vals, idx, strict=True)]
+        s.generated.append(tok)
+        now = time.monotonic()
+        if s.first_token_at is None:
+            s.first_token_at = now
+            self.ttft.append(now - s.req.submitted)
+        self.tokens_out += 1
+        is_eos = tok == self.eos and not sp.ignore_eos
+        text = self.tokenizer.decode(s.generated, skip_special_tokens=True)
+        delta, stop_at = "", -1
+        if sp.stop:
+            start = max(0, s.emitted - max(len(x) for x in sp.stop))
+            hits = [i for i in (text.find(x, start) for x in sp.stop) if i >= 0]
+            stop_at = min(hits) if hits else -1
+        if stop_at >= 0:
+            s.final_text = text[:stop_at]
+            delta = s.final_text[s.emitted:] if stop_at > s.emitted else ""
+            s.finish = "stop"
+        elif is_eos or len(s.generated) >= sp.max_new_tokens:
+            s.final_text = text
+            delta = text[s.emitted:]
+            s.finish = "stop" if is_eos else "length"
+        else:
+            safe = len(text)
+            if text.endswith("\ufffd"):
+                safe -= 1
+            for x in sp.stop:
+                for j in range(min(len(x) - 1, safe), 0, -1):
+                    if text[:safe].endswith(x[:j]):
+                        safe = min(safe, len(text[:safe]) - j)
+                        break
+            safe = max(safe, s.emitted)
+            delta = text[s.emitted:safe]
+        s.emitted += len(delta)
+        s.req.on_event(TokenEvent(tok, delta, float(lp[tok]), top))
+
+    def _retire(self) -> None:
+        keep = []
+        for s in self.running:
+            if s.finish is None and s.req.cancelled.is_set():
+                s.finish = "cancelled"
+            if s.finish is None:
+                keep.append(s)
+            else:
+                self._leave(s)
+        self.running = keep
+
+    def _leave(self, s: Sequence, error: BaseException | None = None) -> None:
+        a = self.adapter
+        elem = s.k[0].element_size()
+        full = (s.full_tokens + len(s.generated)) * a.L * s.k[0].shape[0] * (s.k[0].shape[-1] + s.v[0].shape[-1]) \
+            * elem
+        held = s.cache_bytes()
+        text = s.final_text if s.final_text is not None else self.tokenizer.decode(s.generated,
+                                                                                   skip_special_tokens=True)
+        s.k, s.v = [], []  # drop the cache now
+        self.freed_sequences += 1
+        ttft = (s.first_token_at - s.req.submitted) if s.first_token_at else 0.0
+        s.req.on_event(Finished(s.finish or "error", text, list(s.generated), len(s.req.prompt_ids),
+                                len(s.generated), held, full, s.kept_fraction, ttft, True, error, s.budgets))
+
+
+def check_cancelled_error(fin: Finished) -> None:
+    if fin.finish_reason == "cancelled":
+        raise Cancelled("generation cancelled")

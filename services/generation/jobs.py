@@ -1,0 +1,71 @@
+"""The generation service's long jobs (written against services.common.jobcontext.JobContext).
+
+- run_import(ctx): a Hugging Face causal-LM directory (local path under an allowed root, or an uploaded archive)
+  -> one registry version. The model is built once with transformers before anything is registered, so a malformed
+  or pickled upload fails the job with a clear error and stores nothing.
+- run_training(ctx): BPE tokenizer + small Llama from scratch (services.generation.training), resumable steps."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from services.common import hf
+from services.common.errors import InvalidArgument
+from services.common.jobcontext import JobContext, run_steps
+from services.common.params import parse_params
+from services.generation.params import ImportParams, TrainParams
+
+
+def _import_roots() -> list[Path]:
+    from services import catalog  # noqa: PLC0415
+    from services.common.spec import service_settings  # noqa: PLC0415
+    from services.generation.settings import GenerationConfig  # noqa: PLC0415
+
+    cfg = service_settings(catalog.settings(), "generation", GenerationConfig)
+    return [Path(r).resolve() for r in cfg.import_roots]
+
+
+def check_local_path(path: str, roots: list[Path], field: str = "params.path") -> Path:
+    if not path or "\x00" in path:
+        raise InvalidArgument(field, "a directory path is required")
+    p = Path(path).resolve()
+    if not roots:
+        raise InvalidArgument(field, "importing from local paths is disabled on this deployment "
+                              "(settings generation.import_roots); upload an archive instead")
+    if not any(p == r or r in p.parents for r in roots):
+        raise InvalidArgument(field, f"{path!r} is outside the allowed import roots")
+    return p
+
+
+def run_import(ctx: JobContext) -> dict:
+    p = parse_params(ImportParams, ctx.params, prefix="params.")
+    ctx.progress(0.05, "reading the model directory")
+    if p.path is not None:
+        files = hf.read_directory(check_local_path(p.path, _import_roots()), "params.path")
+        field, source = "params.path", f"path:{os.path.basename(p.path.rstrip('/'))}"
+    else:
+        files = hf.read_archive(ctx.read_artifact(p.artifact_id), "params.artifact_id")
+        field, source = "params.artifact_id", f"artifact:{p.artifact_id}"
+    tensors, config = hf.to_registry(files, field)
+    ctx.check_cancelled()
+    ctx.progress(0.5, "building the model with transformers")
+    model, tokenizer = hf.load_model(tensors, config, field=field)  # proves it loads before registering
+    n_params = sum(t.numel() for t in model.parameters())
+    config["source"] = source
+    metrics = {"parameters": float(n_params), "vocab_size": float(len(tokenizer)),
+               "layers": float(model.config.num_hidden_layers)}
+    ctx.check_cancelled()
+    info = ctx.register_model(p.model_name, tensors, kind=hf.REGISTRY_KIND, config=config, metrics=metrics,
+                              dataset_artifact_id=p.artifact_id)
+    ctx.progress(1.0, "model registered", parameters=float(n_params))
+    return {"model_version_id": info.model_version_id, "model_name": info.name, "model_type": config["model_type"],
+            "parameters": n_params}
+
+
+def run_training(ctx: JobContext) -> dict:
+    from services.generation.training import LanguageModelTraining  # noqa: PLC0415
+
+    p = parse_params(TrainParams, ctx.params, prefix="params.")
+    job = LanguageModelTraining(p)
+    return run_steps(ctx, job, checkpoint_every=p.steps_per_checkpoint,
+                     message=lambda done, total: f"step {done}/{total}", progress_span=(0.0, 0.99))

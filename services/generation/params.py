@@ -1,0 +1,62 @@
+"""Job parameters of the generation service (one model per job kind; the servicer and the job validate with it)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from services.common.params import JobParams, ModelName
+
+
+class TrainParams(JobParams):
+    """generation.train: a BPE tokenizer and a small Llama-type model trained from scratch."""
+
+    model_config = JobParams.model_config
+
+    model_name: ModelName = "tiny-llama"
+    corpus_artifact_id: str | None = None   # UTF-8 text (one document per line) or JSONL ({"text": ...}); else builtin
+    builtin_retrieval_docs: int = Field(2000, ge=0, le=200_000)
+    builtin_max_records: int = Field(12, ge=2, le=200)
+    vocab_size: int = Field(512, ge=300, le=65_536)
+    hidden_size: int = Field(64, ge=16, le=2048)
+    num_layers: int = Field(2, ge=1, le=48)
+    num_heads: int = Field(4, ge=1, le=64)
+    num_kv_heads: int = Field(0, ge=0, le=64)   # 0: = num_heads
+    max_seq_len: int = Field(256, ge=16, le=8192)
+    steps: int = Field(600, ge=1, le=1_000_000)
+    batch_size: int = Field(16, ge=1, le=1024)
+    lr: float = Field(3e-3, gt=0, le=1.0)
+    weight_decay: float = Field(0.01, ge=0, le=1.0)
+    warmup_steps: int = Field(30, ge=0, le=1_000_000)
+    steps_per_checkpoint: int = Field(50, ge=1, le=1_000_000)
+    validation_fraction: float = Field(0.05, gt=0, lt=0.5)
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1)
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be a multiple of num_heads")
+        kv = self.num_kv_heads or self.num_heads
+        if self.num_heads % kv:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        return self
+
+
+class ImportParams(JobParams):
+    """generation.import: a Hugging Face causal-LM directory from a local path (under an allowed root) or an
+    uploaded archive artifact (.tar, .tar.gz, .zip)."""
+
+    model_config = JobParams.model_config
+
+    model_name: ModelName
+    path: str | None = None
+    artifact_id: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.artifact_id is None):
+            raise ValueError("give exactly one of path or artifact_id")
+        return self
+
+
+Policy = Literal["none", "vl_cache", "h2o", "streaming_llm"]
