@@ -26,9 +26,10 @@ if _version_not_supported:
 
 
 class DesignServiceStub:
-    """First draft (shaped after shared/algorithms/design.md): combinatorial Bayesian optimisation (GameOpt),
-    crystal generation with symmetry (SymmCD) and guided flow matching by optimal control (OC-Flow).
-    Design campaigns are long: every one is a job.
+    """GameOpt design campaigns (ask/tell combinatorial Bayesian optimisation over sequences): a campaign holds the
+    design space and its constraints, the observations told so far, and the suggested batches. A suggestion (GP fit
+    and equilibrium search) runs as a job; its batch is stored with the campaign. Crystal generation and guided flow
+    sampling are the design service's other parts (crystals.proto, flows.proto in this package).
     """
 
     def __init__(self, channel):
@@ -37,45 +38,94 @@ class DesignServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.StartGameOptCampaignJob = channel.unary_unary(
-                '/praxon.design.v1.DesignService/StartGameOptCampaignJob',
-                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGameOptCampaignJobRequest.SerializeToString,
-                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGameOptCampaignJobResponse.FromString,
+        self.CreateCampaign = channel.unary_unary(
+                '/praxon.design.v1.DesignService/CreateCampaign',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.CreateCampaignRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.CreateCampaignResponse.FromString,
                 _registered_method=True)
-        self.StartCrystalGenerationJob = channel.unary_unary(
-                '/praxon.design.v1.DesignService/StartCrystalGenerationJob',
-                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartCrystalGenerationJobRequest.SerializeToString,
-                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartCrystalGenerationJobResponse.FromString,
+        self.GetCampaign = channel.unary_unary(
+                '/praxon.design.v1.DesignService/GetCampaign',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignResponse.FromString,
                 _registered_method=True)
-        self.StartGuidedFlowSamplingJob = channel.unary_unary(
-                '/praxon.design.v1.DesignService/StartGuidedFlowSamplingJob',
-                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGuidedFlowSamplingJobRequest.SerializeToString,
-                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGuidedFlowSamplingJobResponse.FromString,
+        self.ListCampaigns = channel.unary_unary(
+                '/praxon.design.v1.DesignService/ListCampaigns',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.ListCampaignsRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.ListCampaignsResponse.FromString,
+                _registered_method=True)
+        self.Observe = channel.unary_unary(
+                '/praxon.design.v1.DesignService/Observe',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.ObserveRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.ObserveResponse.FromString,
+                _registered_method=True)
+        self.StartSuggestionJob = channel.unary_unary(
+                '/praxon.design.v1.DesignService/StartSuggestionJob',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartSuggestionJobRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartSuggestionJobResponse.FromString,
+                _registered_method=True)
+        self.GetSuggestions = channel.unary_unary(
+                '/praxon.design.v1.DesignService/GetSuggestions',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.GetSuggestionsRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.GetSuggestionsResponse.FromString,
+                _registered_method=True)
+        self.GetCampaignReport = channel.unary_unary(
+                '/praxon.design.v1.DesignService/GetCampaignReport',
+                request_serializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignReportRequest.SerializeToString,
+                response_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignReportResponse.FromString,
                 _registered_method=True)
 
 
 class DesignServiceServicer:
-    """First draft (shaped after shared/algorithms/design.md): combinatorial Bayesian optimisation (GameOpt),
-    crystal generation with symmetry (SymmCD) and guided flow matching by optimal control (OC-Flow).
-    Design campaigns are long: every one is a job.
+    """GameOpt design campaigns (ask/tell combinatorial Bayesian optimisation over sequences): a campaign holds the
+    design space and its constraints, the observations told so far, and the suggested batches. A suggestion (GP fit
+    and equilibrium search) runs as a job; its batch is stored with the campaign. Crystal generation and guided flow
+    sampling are the design service's other parts (crystals.proto, flows.proto in this package).
     """
 
-    def StartGameOptCampaignJob(self, request, context):
-        """Runs a GameOpt campaign against an objective, in batches, recording every evaluation.
+    def CreateCampaign(self, request, context):
+        """Creates a campaign (tenant-scoped; names are unique per tenant).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def StartCrystalGenerationJob(self, request, context):
-        """Samples crystal structures with a given space group from a trained SymmCD model.
+    def GetCampaign(self, request, context):
+        """Returns one campaign with its counts and best observation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def StartGuidedFlowSamplingJob(self, request, context):
-        """Samples from a flow-matching model guided toward a reward by optimal control (OC-Flow).
+    def ListCampaigns(self, request, context):
+        """Lists the tenant's campaigns, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Observe(self, request, context):
+        """Records measurements (a batch). Idempotent per (sequence, replicate): the same one again is a no-op.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartSuggestionJob(self, request, context):
+        """Starts a suggestion job: fits the GP to the observations and searches game equilibria for the next batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSuggestions(self, request, context):
+        """Returns a suggestion job's batch (by default the campaign's latest finished one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCampaignReport(self, request, context):
+        """Best so far per round, as a table and a PNG plot (also stored as an artifact).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -84,20 +134,40 @@ class DesignServiceServicer:
 
 def add_DesignServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'StartGameOptCampaignJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.StartGameOptCampaignJob,
-                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGameOptCampaignJobRequest.FromString,
-                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGameOptCampaignJobResponse.SerializeToString,
+            'CreateCampaign': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCampaign,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.CreateCampaignRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.CreateCampaignResponse.SerializeToString,
             ),
-            'StartCrystalGenerationJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.StartCrystalGenerationJob,
-                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartCrystalGenerationJobRequest.FromString,
-                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartCrystalGenerationJobResponse.SerializeToString,
+            'GetCampaign': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCampaign,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignResponse.SerializeToString,
             ),
-            'StartGuidedFlowSamplingJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.StartGuidedFlowSamplingJob,
-                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGuidedFlowSamplingJobRequest.FromString,
-                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartGuidedFlowSamplingJobResponse.SerializeToString,
+            'ListCampaigns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCampaigns,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.ListCampaignsRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.ListCampaignsResponse.SerializeToString,
+            ),
+            'Observe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Observe,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.ObserveRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.ObserveResponse.SerializeToString,
+            ),
+            'StartSuggestionJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartSuggestionJob,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.StartSuggestionJobRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.StartSuggestionJobResponse.SerializeToString,
+            ),
+            'GetSuggestions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSuggestions,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.GetSuggestionsRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.GetSuggestionsResponse.SerializeToString,
+            ),
+            'GetCampaignReport': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCampaignReport,
+                    request_deserializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignReportRequest.FromString,
+                    response_serializer=praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -108,13 +178,14 @@ def add_DesignServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DesignService:
-    """First draft (shaped after shared/algorithms/design.md): combinatorial Bayesian optimisation (GameOpt),
-    crystal generation with symmetry (SymmCD) and guided flow matching by optimal control (OC-Flow).
-    Design campaigns are long: every one is a job.
+    """GameOpt design campaigns (ask/tell combinatorial Bayesian optimisation over sequences): a campaign holds the
+    design space and its constraints, the observations told so far, and the suggested batches. A suggestion (GP fit
+    and equilibrium search) runs as a job; its batch is stored with the campaign. Crystal generation and guided flow
+    sampling are the design service's other parts (crystals.proto, flows.proto in this package).
     """
 
     @staticmethod
-    def StartGameOptCampaignJob(request,
+    def CreateCampaign(request,
             target,
             options=(),
             channel_credentials=None,
@@ -127,9 +198,9 @@ class DesignService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/praxon.design.v1.DesignService/StartGameOptCampaignJob',
-            praxon_dot_design_dot_v1_dot_design__pb2.StartGameOptCampaignJobRequest.SerializeToString,
-            praxon_dot_design_dot_v1_dot_design__pb2.StartGameOptCampaignJobResponse.FromString,
+            '/praxon.design.v1.DesignService/CreateCampaign',
+            praxon_dot_design_dot_v1_dot_design__pb2.CreateCampaignRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.CreateCampaignResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -141,7 +212,7 @@ class DesignService:
             _registered_method=True)
 
     @staticmethod
-    def StartCrystalGenerationJob(request,
+    def GetCampaign(request,
             target,
             options=(),
             channel_credentials=None,
@@ -154,9 +225,9 @@ class DesignService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/praxon.design.v1.DesignService/StartCrystalGenerationJob',
-            praxon_dot_design_dot_v1_dot_design__pb2.StartCrystalGenerationJobRequest.SerializeToString,
-            praxon_dot_design_dot_v1_dot_design__pb2.StartCrystalGenerationJobResponse.FromString,
+            '/praxon.design.v1.DesignService/GetCampaign',
+            praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -168,7 +239,7 @@ class DesignService:
             _registered_method=True)
 
     @staticmethod
-    def StartGuidedFlowSamplingJob(request,
+    def ListCampaigns(request,
             target,
             options=(),
             channel_credentials=None,
@@ -181,9 +252,117 @@ class DesignService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/praxon.design.v1.DesignService/StartGuidedFlowSamplingJob',
-            praxon_dot_design_dot_v1_dot_design__pb2.StartGuidedFlowSamplingJobRequest.SerializeToString,
-            praxon_dot_design_dot_v1_dot_design__pb2.StartGuidedFlowSamplingJobResponse.FromString,
+            '/praxon.design.v1.DesignService/ListCampaigns',
+            praxon_dot_design_dot_v1_dot_design__pb2.ListCampaignsRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.ListCampaignsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Observe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.design.v1.DesignService/Observe',
+            praxon_dot_design_dot_v1_dot_design__pb2.ObserveRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.ObserveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartSuggestionJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.design.v1.DesignService/StartSuggestionJob',
+            praxon_dot_design_dot_v1_dot_design__pb2.StartSuggestionJobRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.StartSuggestionJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSuggestions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.design.v1.DesignService/GetSuggestions',
+            praxon_dot_design_dot_v1_dot_design__pb2.GetSuggestionsRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.GetSuggestionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCampaignReport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.design.v1.DesignService/GetCampaignReport',
+            praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignReportRequest.SerializeToString,
+            praxon_dot_design_dot_v1_dot_design__pb2.GetCampaignReportResponse.FromString,
             options,
             channel_credentials,
             insecure,
