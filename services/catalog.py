@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, create_model
 
-from services import design, moderation, platform, recommendation, unlearning
+from services import design, generation, moderation, platform, recommendation, unlearning
 from services.common import jobkinds
 from services.common.settings import Settings as BaseSettings
 from services.common.spec import ServiceSpec, resolve
@@ -18,6 +18,7 @@ SPECS: list[ServiceSpec] = [
     moderation.SPEC,
     recommendation.SPEC,
     design.SPEC,
+    generation.SPEC,
 ]
 
 

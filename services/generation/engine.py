@@ -31,13 +31,13 @@ from typing import Any, Callable
 import torch
 
 from kernels.decode_attention import decode_attention
-from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument, Unavailable
+from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from services.generation.kvpolicy import CachePolicy, compress
 
 log = logging.getLogger(__name__)
 
 
-class QueueFull(Unavailable):
+class QueueFull(ResourceExhausted):
     """The engine's queue is full: RESOURCE_EXHAUSTED with a retry delay."""
 
     reason = "QUEUE_FULL"
@@ -253,6 +253,7 @@ class Engine:
         self._lock = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
+        self.idle_exit_s = 30.0
         # metrics
         self.steps = 0
         self.tokens_out = 0
@@ -262,17 +263,22 @@ class Engine:
 
     # -- public
     def start(self) -> "Engine":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=f"engine-{self.name}", daemon=True)
-            self._thread.start()
+        with self._lock:
+            if self._thread is None:
+                self._stop = False
+                self._thread = threading.Thread(target=self._loop, name=f"engine-{self.name}", daemon=True)
+                self._thread.start()
         return self
 
     def stop(self) -> None:
         with self._lock:
             self._stop = True
             self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join(30)
+            thread = self._thread
+        if thread is not None:
+            thread.join(30)
+        with self._lock:
+            self._thread = None
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -297,7 +303,9 @@ class Engine:
                                 retry_after_s=self.retry_after_s)
             self.waiting.append(req)
             self._lock.notify_all()
-        self.start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"engine-{self.name}", daemon=True)
+                self._thread.start()
         return req
 
     def stats(self) -> dict[str, float]:
@@ -329,8 +337,12 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._lock:
+                idle_since = time.monotonic()
                 while not self._stop and not self.waiting and not self.running:
-                    self._lock.wait()
+                    if time.monotonic() - idle_since > self.idle_exit_s:
+                        self._thread = None  # restarted by the next submit (an evicted engine's thread ends)
+                        return
+                    self._lock.wait(1.0)
                 if self._stop:
                     pending, self.waiting = list(self.waiting), deque()
                     running, self.running = self.running, []

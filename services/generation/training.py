@@ -159,7 +159,7 @@ class LanguageModelTraining:
         self.steps_this_run += 1
         elapsed = max(time.monotonic() - self.started, 1e-6)
         rate = self.steps_this_run / elapsed
-        return {"loss": float(loss), "tokens_per_s": self.run_tokens / elapsed, "lr": self._lr(i),
+        return {"loss": self.losses[-1], "tokens_per_s": self.run_tokens / elapsed, "lr": self._lr(i),
                 "eta_s": (self.total - i - 1) / max(rate, 1e-9)}
 
     def state(self) -> dict[str, Any]:

@@ -25,35 +25,53 @@ _sym_db = _symbol_database.Default()
 from praxon.common.v1 import common_pb2 as praxon_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%praxon/generation/v1/generation.proto\x12\x14praxon.generation.v1\x1a\x1dpraxon/common/v1/common.proto\"E\n\rKvCompression\x12\x11\n\tretention\x18\x01 \x01(\x01\x12\x11\n\tthreshold\x18\x02 \x01(\x01\x12\x0e\n\x06window\x18\x03 \x01(\x05\"\xf9\x01\n\x0fGenerateRequest\x12)\n\x05model\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.ModelRef\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\x05\x12<\n\x0buncertainty\x18\x04 \x01(\x0e\x32\'.praxon.generation.v1.UncertaintyMethod\x12\x18\n\x10num_alternatives\x18\x05 \x01(\x05\x12;\n\x0ekv_compression\x18\x06 \x01(\x0b\x32#.praxon.generation.v1.KvCompression\"7\n\x0fSemanticCluster\x12\x0f\n\x07\x61nswers\x18\x01 \x03(\t\x12\x13\n\x0bprobability\x18\x02 \x01(\x01\"\x91\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x18\n\x10semantic_entropy\x18\x02 \x01(\x01\x12\x37\n\x08\x63lusters\x18\x03 \x03(\x0b\x32%.praxon.generation.v1.SemanticCluster\x12\x1c\n\x14kv_retained_fraction\x18\x04 \x01(\x01\"$\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xe6\x01\n\x1a\x41nswerWithRetrievalRequest\x12,\n\x08verifier\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.ModelRef\x12+\n\x07\x64rafter\x18\x02 \x01(\x0b\x32\x1a.praxon.common.v1.ModelRef\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x31\n\tdocuments\x18\x04 \x03(\x0b\x32\x1e.praxon.generation.v1.Document\x12\x12\n\nnum_drafts\x18\x05 \x01(\x05\x12\x14\n\x0cnum_clusters\x18\x06 \x01(\x05\"S\n\x05\x44raft\x12\x0e\n\x06\x61nswer\x18\x01 \x01(\t\x12\x11\n\trationale\x18\x02 \x01(\t\x12\x14\n\x0c\x64ocument_ids\x18\x03 \x03(\t\x12\x11\n\tlog_score\x18\x04 \x01(\x01\"Z\n\x1b\x41nswerWithRetrievalResponse\x12\x0e\n\x06\x61nswer\x18\x01 \x01(\t\x12+\n\x06\x64rafts\x18\x02 \x03(\x0b\x32\x1b.praxon.generation.v1.Draft\"o\n$StartLanguageModelTrainingJobRequest\x12\x1a\n\x12\x63orpus_artifact_id\x18\x01 \x01(\t\x12\x12\n\nmodel_name\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"K\n%StartLanguageModelTrainingJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job*\x81\x01\n\x11UncertaintyMethod\x12\"\n\x1eUNCERTAINTY_METHOD_UNSPECIFIED\x10\x00\x12+\n\'UNCERTAINTY_METHOD_MULTINOMIAL_SAMPLING\x10\x01\x12\x1b\n\x17UNCERTAINTY_METHOD_SDLG\x10\x02\x32\x85\x03\n\x11GenerationService\x12Y\n\x08Generate\x12%.praxon.generation.v1.GenerateRequest\x1a&.praxon.generation.v1.GenerateResponse\x12z\n\x13\x41nswerWithRetrieval\x12\x30.praxon.generation.v1.AnswerWithRetrievalRequest\x1a\x31.praxon.generation.v1.AnswerWithRetrievalResponse\x12\x98\x01\n\x1dStartLanguageModelTrainingJob\x12:.praxon.generation.v1.StartLanguageModelTrainingJobRequest\x1a;.praxon.generation.v1.StartLanguageModelTrainingJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%praxon/generation/v1/generation.proto\x12\x14praxon.generation.v1\x1a\x1dpraxon/common/v1/common.proto\"\x84\x02\n\rKvCompression\x12\x31\n\x06policy\x18\x01 \x01(\x0e\x32!.praxon.generation.v1.CachePolicy\x12\x16\n\tretention\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06window\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12\x1f\n\x12observation_window\x18\x04 \x01(\x05H\x02\x88\x01\x01\x12\x16\n\tthreshold\x18\x05 \x01(\x01H\x03\x88\x01\x01\x12\x12\n\x05sinks\x18\x06 \x01(\x05H\x04\x88\x01\x01\x42\x0c\n\n_retentionB\t\n\x07_windowB\x15\n\x13_observation_windowB\x0c\n\n_thresholdB\x08\n\x06_sinks\"\xfa\x01\n\x0eSamplingParams\x12\x1b\n\x0emax_new_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05top_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x14\n\x0ctop_logprobs\x18\x07 \x01(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x11\n\x0f_max_new_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_kB\x08\n\x06_top_pB\x07\n\x05_seed\"\xc1\x01\n\x0fGenerateRequest\x12)\n\x05model\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.ModelRef\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x36\n\x08sampling\x18\x03 \x01(\x0b\x32$.praxon.generation.v1.SamplingParams\x12;\n\x0ekv_compression\x18\x04 \x01(\x0b\x32#.praxon.generation.v1.KvCompression\"\xc7\x01\n\x15GenerateStreamRequest\x12)\n\x05model\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.ModelRef\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x36\n\x08sampling\x18\x03 \x01(\x0b\x32$.praxon.generation.v1.SamplingParams\x12;\n\x0ekv_compression\x18\x04 \x01(\x0b\x32#.praxon.generation.v1.KvCompression\"?\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"r\n\x05Token\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\x12\x38\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\".praxon.generation.v1.TokenLogprob\"X\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1d\n\x15time_to_first_token_s\x18\x03 \x01(\x01\"\x9c\x01\n\nCacheStats\x12\x31\n\x06policy\x18\x01 \x01(\x0e\x32!.praxon.generation.v1.CachePolicy\x12\x12\n\nkept_bytes\x18\x02 \x01(\x03\x12\x12\n\nfull_bytes\x18\x03 \x01(\x03\x12\x1c\n\x14prompt_kept_fraction\x18\x04 \x01(\x01\x12\x15\n\rlayer_budgets\x18\x05 \x03(\x05\"p\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x18\n\x10model_version_id\x18\x03 \x01(\t\x12\x12\n\nmodel_type\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x05 \x01(\x05\"\x95\x02\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12+\n\x06tokens\x18\x02 \x03(\x0b\x32\x1b.praxon.generation.v1.Token\x12\x39\n\rfinish_reason\x18\x03 \x01(\x0e\x32\".praxon.generation.v1.FinishReason\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.praxon.generation.v1.Usage\x12/\n\x05\x63\x61\x63he\x18\x05 \x01(\x0b\x32 .praxon.generation.v1.CacheStats\x12.\n\x05model\x18\x06 \x01(\x0b\x32\x1f.praxon.generation.v1.ModelInfo\"\x8c\x02\n\x16GenerateStreamResponse\x12*\n\x05token\x18\x01 \x01(\x0b\x32\x1b.praxon.generation.v1.Token\x12\x39\n\rfinish_reason\x18\x02 \x01(\x0e\x32\".praxon.generation.v1.FinishReason\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.praxon.generation.v1.Usage\x12/\n\x05\x63\x61\x63he\x18\x04 \x01(\x0b\x32 .praxon.generation.v1.CacheStats\x12.\n\x05model\x18\x05 \x01(\x0b\x32\x1f.praxon.generation.v1.ModelInfo\"M\n\x12\x43ountTokensRequest\x12)\n\x05model\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.ModelRef\x12\x0c\n\x04text\x18\x02 \x01(\t\"g\n\x13\x43ountTokensResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12.\n\x05model\x18\x03 \x01(\x0b\x32\x1f.praxon.generation.v1.ModelInfo\"\xc3\x04\n\x1bLanguageModelTrainingParams\x12\x12\n\x05steps\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nbatch_size\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x02lr\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\nvocab_size\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x18\n\x0bhidden_size\x18\x05 \x01(\x05H\x04\x88\x01\x01\x12\x17\n\nnum_layers\x18\x06 \x01(\x05H\x05\x88\x01\x01\x12\x16\n\tnum_heads\x18\x07 \x01(\x05H\x06\x88\x01\x01\x12\x19\n\x0cnum_kv_heads\x18\x08 \x01(\x05H\x07\x88\x01\x01\x12\x18\n\x0bmax_seq_len\x18\t \x01(\x05H\x08\x88\x01\x01\x12\x11\n\x04seed\x18\n \x01(\x05H\t\x88\x01\x01\x12#\n\x16\x62uiltin_retrieval_docs\x18\x0b \x01(\x05H\n\x88\x01\x01\x12 \n\x13\x62uiltin_max_records\x18\x0c \x01(\x05H\x0b\x88\x01\x01\x12!\n\x14steps_per_checkpoint\x18\r \x01(\x05H\x0c\x88\x01\x01\x42\x08\n\x06_stepsB\r\n\x0b_batch_sizeB\x05\n\x03_lrB\r\n\x0b_vocab_sizeB\x0e\n\x0c_hidden_sizeB\r\n\x0b_num_layersB\x0c\n\n_num_headsB\x0f\n\r_num_kv_headsB\x0e\n\x0c_max_seq_lenB\x07\n\x05_seedB\x19\n\x17_builtin_retrieval_docsB\x16\n\x14_builtin_max_recordsB\x17\n\x15_steps_per_checkpoint\"\xb2\x01\n$StartLanguageModelTrainingJobRequest\x12\x1a\n\x12\x63orpus_artifact_id\x18\x01 \x01(\t\x12\x12\n\nmodel_name\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x41\n\x06params\x18\x04 \x01(\x0b\x32\x31.praxon.generation.v1.LanguageModelTrainingParams\"K\n%StartLanguageModelTrainingJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\"\x82\x01\n\"StartImportLanguageModelJobRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x0e\n\x04path\x18\x02 \x01(\tH\x00\x12\x15\n\x0b\x61rtifact_id\x18\x03 \x01(\tH\x00\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\tB\x08\n\x06source\"I\n#StartImportLanguageModelJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job*\x93\x01\n\x0b\x43\x61\x63hePolicy\x12\x1c\n\x18\x43\x41\x43HE_POLICY_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43\x41\x43HE_POLICY_NONE\x10\x01\x12\x19\n\x15\x43\x41\x43HE_POLICY_VL_CACHE\x10\x02\x12\x14\n\x10\x43\x41\x43HE_POLICY_H2O\x10\x03\x12\x1e\n\x1a\x43\x41\x43HE_POLICY_STREAMING_LLM\x10\x04*|\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x32\xf1\x04\n\x11GenerationService\x12Y\n\x08Generate\x12%.praxon.generation.v1.GenerateRequest\x1a&.praxon.generation.v1.GenerateResponse\x12m\n\x0eGenerateStream\x12+.praxon.generation.v1.GenerateStreamRequest\x1a,.praxon.generation.v1.GenerateStreamResponse0\x01\x12\x62\n\x0b\x43ountTokens\x12(.praxon.generation.v1.CountTokensRequest\x1a).praxon.generation.v1.CountTokensResponse\x12\x98\x01\n\x1dStartLanguageModelTrainingJob\x12:.praxon.generation.v1.StartLanguageModelTrainingJobRequest\x1a;.praxon.generation.v1.StartLanguageModelTrainingJobResponse\x12\x92\x01\n\x1bStartImportLanguageModelJob\x12\x38.praxon.generation.v1.StartImportLanguageModelJobRequest\x1a\x39.praxon.generation.v1.StartImportLanguageModelJobResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'praxon.generation.v1.generation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_UNCERTAINTYMETHOD']._serialized_start=1261
-  _globals['_UNCERTAINTYMETHOD']._serialized_end=1390
-  _globals['_KVCOMPRESSION']._serialized_start=94
-  _globals['_KVCOMPRESSION']._serialized_end=163
-  _globals['_GENERATEREQUEST']._serialized_start=166
-  _globals['_GENERATEREQUEST']._serialized_end=415
-  _globals['_SEMANTICCLUSTER']._serialized_start=417
-  _globals['_SEMANTICCLUSTER']._serialized_end=472
-  _globals['_GENERATERESPONSE']._serialized_start=475
-  _globals['_GENERATERESPONSE']._serialized_end=620
-  _globals['_DOCUMENT']._serialized_start=622
-  _globals['_DOCUMENT']._serialized_end=658
-  _globals['_ANSWERWITHRETRIEVALREQUEST']._serialized_start=661
-  _globals['_ANSWERWITHRETRIEVALREQUEST']._serialized_end=891
-  _globals['_DRAFT']._serialized_start=893
-  _globals['_DRAFT']._serialized_end=976
-  _globals['_ANSWERWITHRETRIEVALRESPONSE']._serialized_start=978
-  _globals['_ANSWERWITHRETRIEVALRESPONSE']._serialized_end=1068
-  _globals['_STARTLANGUAGEMODELTRAININGJOBREQUEST']._serialized_start=1070
-  _globals['_STARTLANGUAGEMODELTRAININGJOBREQUEST']._serialized_end=1181
-  _globals['_STARTLANGUAGEMODELTRAININGJOBRESPONSE']._serialized_start=1183
-  _globals['_STARTLANGUAGEMODELTRAININGJOBRESPONSE']._serialized_end=1258
-  _globals['_GENERATIONSERVICE']._serialized_start=1393
-  _globals['_GENERATIONSERVICE']._serialized_end=1782
+  _globals['_CACHEPOLICY']._serialized_start=3336
+  _globals['_CACHEPOLICY']._serialized_end=3483
+  _globals['_FINISHREASON']._serialized_start=3485
+  _globals['_FINISHREASON']._serialized_end=3609
+  _globals['_KVCOMPRESSION']._serialized_start=95
+  _globals['_KVCOMPRESSION']._serialized_end=355
+  _globals['_SAMPLINGPARAMS']._serialized_start=358
+  _globals['_SAMPLINGPARAMS']._serialized_end=608
+  _globals['_GENERATEREQUEST']._serialized_start=611
+  _globals['_GENERATEREQUEST']._serialized_end=804
+  _globals['_GENERATESTREAMREQUEST']._serialized_start=807
+  _globals['_GENERATESTREAMREQUEST']._serialized_end=1006
+  _globals['_TOKENLOGPROB']._serialized_start=1008
+  _globals['_TOKENLOGPROB']._serialized_end=1071
+  _globals['_TOKEN']._serialized_start=1073
+  _globals['_TOKEN']._serialized_end=1187
+  _globals['_USAGE']._serialized_start=1189
+  _globals['_USAGE']._serialized_end=1277
+  _globals['_CACHESTATS']._serialized_start=1280
+  _globals['_CACHESTATS']._serialized_end=1436
+  _globals['_MODELINFO']._serialized_start=1438
+  _globals['_MODELINFO']._serialized_end=1550
+  _globals['_GENERATERESPONSE']._serialized_start=1553
+  _globals['_GENERATERESPONSE']._serialized_end=1830
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1833
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=2101
+  _globals['_COUNTTOKENSREQUEST']._serialized_start=2103
+  _globals['_COUNTTOKENSREQUEST']._serialized_end=2180
+  _globals['_COUNTTOKENSRESPONSE']._serialized_start=2182
+  _globals['_COUNTTOKENSRESPONSE']._serialized_end=2285
+  _globals['_LANGUAGEMODELTRAININGPARAMS']._serialized_start=2288
+  _globals['_LANGUAGEMODELTRAININGPARAMS']._serialized_end=2867
+  _globals['_STARTLANGUAGEMODELTRAININGJOBREQUEST']._serialized_start=2870
+  _globals['_STARTLANGUAGEMODELTRAININGJOBREQUEST']._serialized_end=3048
+  _globals['_STARTLANGUAGEMODELTRAININGJOBRESPONSE']._serialized_start=3050
+  _globals['_STARTLANGUAGEMODELTRAININGJOBRESPONSE']._serialized_end=3125
+  _globals['_STARTIMPORTLANGUAGEMODELJOBREQUEST']._serialized_start=3128
+  _globals['_STARTIMPORTLANGUAGEMODELJOBREQUEST']._serialized_end=3258
+  _globals['_STARTIMPORTLANGUAGEMODELJOBRESPONSE']._serialized_start=3260
+  _globals['_STARTIMPORTLANGUAGEMODELJOBRESPONSE']._serialized_end=3333
+  _globals['_GENERATIONSERVICE']._serialized_start=3612
+  _globals['_GENERATIONSERVICE']._serialized_end=4237
 # @@protoc_insertion_point(module_scope)

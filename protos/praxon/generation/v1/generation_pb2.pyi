@@ -8,116 +8,259 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class UncertaintyMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+class CachePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    UNCERTAINTY_METHOD_UNSPECIFIED: _ClassVar[UncertaintyMethod]
-    UNCERTAINTY_METHOD_MULTINOMIAL_SAMPLING: _ClassVar[UncertaintyMethod]
-    UNCERTAINTY_METHOD_SDLG: _ClassVar[UncertaintyMethod]
-UNCERTAINTY_METHOD_UNSPECIFIED: UncertaintyMethod
-UNCERTAINTY_METHOD_MULTINOMIAL_SAMPLING: UncertaintyMethod
-UNCERTAINTY_METHOD_SDLG: UncertaintyMethod
+    CACHE_POLICY_UNSPECIFIED: _ClassVar[CachePolicy]
+    CACHE_POLICY_NONE: _ClassVar[CachePolicy]
+    CACHE_POLICY_VL_CACHE: _ClassVar[CachePolicy]
+    CACHE_POLICY_H2O: _ClassVar[CachePolicy]
+    CACHE_POLICY_STREAMING_LLM: _ClassVar[CachePolicy]
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_STOP: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+    FINISH_REASON_CANCELLED: _ClassVar[FinishReason]
+CACHE_POLICY_UNSPECIFIED: CachePolicy
+CACHE_POLICY_NONE: CachePolicy
+CACHE_POLICY_VL_CACHE: CachePolicy
+CACHE_POLICY_H2O: CachePolicy
+CACHE_POLICY_STREAMING_LLM: CachePolicy
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_CANCELLED: FinishReason
 
 class KvCompression(_message.Message):
-    __slots__ = ("retention", "threshold", "window")
+    __slots__ = ("policy", "retention", "window", "observation_window", "threshold", "sinks")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
-    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    SINKS_FIELD_NUMBER: _ClassVar[int]
+    policy: CachePolicy
     retention: float
-    threshold: float
     window: int
-    def __init__(self, retention: _Optional[float] = ..., threshold: _Optional[float] = ..., window: _Optional[int] = ...) -> None: ...
+    observation_window: int
+    threshold: float
+    sinks: int
+    def __init__(self, policy: _Optional[_Union[CachePolicy, str]] = ..., retention: _Optional[float] = ..., window: _Optional[int] = ..., observation_window: _Optional[int] = ..., threshold: _Optional[float] = ..., sinks: _Optional[int] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "top_logprobs", "ignore_eos")
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    top_logprobs: int
+    ignore_eos: bool
+    def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[int] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "max_new_tokens", "uncertainty", "num_alternatives", "kv_compression")
+    __slots__ = ("model", "prompt", "sampling", "kv_compression")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
-    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    UNCERTAINTY_FIELD_NUMBER: _ClassVar[int]
-    NUM_ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
     KV_COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     prompt: str
-    max_new_tokens: int
-    uncertainty: UncertaintyMethod
-    num_alternatives: int
+    sampling: SamplingParams
     kv_compression: KvCompression
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., uncertainty: _Optional[_Union[UncertaintyMethod, str]] = ..., num_alternatives: _Optional[int] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ...) -> None: ...
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ...) -> None: ...
 
-class SemanticCluster(_message.Message):
-    __slots__ = ("answers", "probability")
-    ANSWERS_FIELD_NUMBER: _ClassVar[int]
-    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
-    answers: _containers.RepeatedScalarFieldContainer[str]
-    probability: float
-    def __init__(self, answers: _Optional[_Iterable[str]] = ..., probability: _Optional[float] = ...) -> None: ...
+class GenerateStreamRequest(_message.Message):
+    __slots__ = ("model", "prompt", "sampling", "kv_compression")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    KV_COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    model: _common_pb2.ModelRef
+    prompt: str
+    sampling: SamplingParams
+    kv_compression: KvCompression
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token_id", "text", "logprob")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token_id: int
+    text: str
+    logprob: float
+    def __init__(self, token_id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ...) -> None: ...
+
+class Token(_message.Message):
+    __slots__ = ("token_id", "text", "logprob", "top_logprobs")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    token_id: int
+    text: str
+    logprob: float
+    top_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, token_id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., top_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens", "time_to_first_token_s")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_TOKEN_S_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., time_to_first_token_s: _Optional[float] = ...) -> None: ...
+
+class CacheStats(_message.Message):
+    __slots__ = ("policy", "kept_bytes", "full_bytes", "prompt_kept_fraction", "layer_budgets")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    KEPT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_KEPT_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    LAYER_BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    policy: CachePolicy
+    kept_bytes: int
+    full_bytes: int
+    prompt_kept_fraction: float
+    layer_budgets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, policy: _Optional[_Union[CachePolicy, str]] = ..., kept_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., prompt_kept_fraction: _Optional[float] = ..., layer_budgets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "version", "model_version_id", "model_type", "context_length")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    model_version_id: str
+    model_type: str
+    context_length: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., model_version_id: _Optional[str] = ..., model_type: _Optional[str] = ..., context_length: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("text", "semantic_entropy", "clusters", "kv_retained_fraction")
+    __slots__ = ("text", "tokens", "finish_reason", "usage", "cache", "model")
     TEXT_FIELD_NUMBER: _ClassVar[int]
-    SEMANTIC_ENTROPY_FIELD_NUMBER: _ClassVar[int]
-    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
-    KV_RETAINED_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     text: str
-    semantic_entropy: float
-    clusters: _containers.RepeatedCompositeFieldContainer[SemanticCluster]
-    kv_retained_fraction: float
-    def __init__(self, text: _Optional[str] = ..., semantic_entropy: _Optional[float] = ..., clusters: _Optional[_Iterable[_Union[SemanticCluster, _Mapping]]] = ..., kv_retained_fraction: _Optional[float] = ...) -> None: ...
+    tokens: _containers.RepeatedCompositeFieldContainer[Token]
+    finish_reason: FinishReason
+    usage: Usage
+    cache: CacheStats
+    model: ModelInfo
+    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
 
-class Document(_message.Message):
-    __slots__ = ("id", "text")
-    ID_FIELD_NUMBER: _ClassVar[int]
+class GenerateStreamResponse(_message.Message):
+    __slots__ = ("token", "finish_reason", "usage", "cache", "model")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    token: Token
+    finish_reason: FinishReason
+    usage: Usage
+    cache: CacheStats
+    model: ModelInfo
+    def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
+
+class CountTokensRequest(_message.Message):
+    __slots__ = ("model", "text")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
-    id: str
+    model: _common_pb2.ModelRef
     text: str
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
-class AnswerWithRetrievalRequest(_message.Message):
-    __slots__ = ("verifier", "drafter", "question", "documents", "num_drafts", "num_clusters")
-    VERIFIER_FIELD_NUMBER: _ClassVar[int]
-    DRAFTER_FIELD_NUMBER: _ClassVar[int]
-    QUESTION_FIELD_NUMBER: _ClassVar[int]
-    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
-    NUM_DRAFTS_FIELD_NUMBER: _ClassVar[int]
-    NUM_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
-    verifier: _common_pb2.ModelRef
-    drafter: _common_pb2.ModelRef
-    question: str
-    documents: _containers.RepeatedCompositeFieldContainer[Document]
-    num_drafts: int
-    num_clusters: int
-    def __init__(self, verifier: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., drafter: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., question: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., num_drafts: _Optional[int] = ..., num_clusters: _Optional[int] = ...) -> None: ...
+class CountTokensResponse(_message.Message):
+    __slots__ = ("count", "token_ids", "model")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    model: ModelInfo
+    def __init__(self, count: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
 
-class Draft(_message.Message):
-    __slots__ = ("answer", "rationale", "document_ids", "log_score")
-    ANSWER_FIELD_NUMBER: _ClassVar[int]
-    RATIONALE_FIELD_NUMBER: _ClassVar[int]
-    DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
-    LOG_SCORE_FIELD_NUMBER: _ClassVar[int]
-    answer: str
-    rationale: str
-    document_ids: _containers.RepeatedScalarFieldContainer[str]
-    log_score: float
-    def __init__(self, answer: _Optional[str] = ..., rationale: _Optional[str] = ..., document_ids: _Optional[_Iterable[str]] = ..., log_score: _Optional[float] = ...) -> None: ...
-
-class AnswerWithRetrievalResponse(_message.Message):
-    __slots__ = ("answer", "drafts")
-    ANSWER_FIELD_NUMBER: _ClassVar[int]
-    DRAFTS_FIELD_NUMBER: _ClassVar[int]
-    answer: str
-    drafts: _containers.RepeatedCompositeFieldContainer[Draft]
-    def __init__(self, answer: _Optional[str] = ..., drafts: _Optional[_Iterable[_Union[Draft, _Mapping]]] = ...) -> None: ...
+class LanguageModelTrainingParams(_message.Message):
+    __slots__ = ("steps", "batch_size", "lr", "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "max_seq_len", "seed", "builtin_retrieval_docs", "builtin_max_records", "steps_per_checkpoint")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_HEADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    BUILTIN_RETRIEVAL_DOCS_FIELD_NUMBER: _ClassVar[int]
+    BUILTIN_MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    steps: int
+    batch_size: int
+    lr: float
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    max_seq_len: int
+    seed: int
+    builtin_retrieval_docs: int
+    builtin_max_records: int
+    steps_per_checkpoint: int
+    def __init__(self, steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., max_seq_len: _Optional[int] = ..., seed: _Optional[int] = ..., builtin_retrieval_docs: _Optional[int] = ..., builtin_max_records: _Optional[int] = ..., steps_per_checkpoint: _Optional[int] = ...) -> None: ...
 
 class StartLanguageModelTrainingJobRequest(_message.Message):
-    __slots__ = ("corpus_artifact_id", "model_name", "idempotency_key")
+    __slots__ = ("corpus_artifact_id", "model_name", "idempotency_key", "params")
     CORPUS_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
     corpus_artifact_id: str
     model_name: str
     idempotency_key: str
-    def __init__(self, corpus_artifact_id: _Optional[str] = ..., model_name: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    params: LanguageModelTrainingParams
+    def __init__(self, corpus_artifact_id: _Optional[str] = ..., model_name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., params: _Optional[_Union[LanguageModelTrainingParams, _Mapping]] = ...) -> None: ...
 
 class StartLanguageModelTrainingJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class StartImportLanguageModelJobRequest(_message.Message):
+    __slots__ = ("model_name", "path", "artifact_id", "idempotency_key")
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    model_name: str
+    path: str
+    artifact_id: str
+    idempotency_key: str
+    def __init__(self, model_name: _Optional[str] = ..., path: _Optional[str] = ..., artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartImportLanguageModelJobResponse(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job

@@ -26,8 +26,9 @@ if _version_not_supported:
 
 
 class GenerationServiceStub:
-    """First draft (shaped after shared/algorithms/generation.md): LM serving with semantic uncertainty (SDLG),
-    speculative/sparse RAG, and VL-Cache-style KV-cache compression. Later issues fill it in.
+    """Language-model generation: Hugging Face causal LMs from the registry, served with iteration-level continuous
+    batching, sampling, server streaming and per-request KV-cache compression (VL-Cache, H2O, StreamingLLM); the jobs
+    that import a model directory or train a small model from scratch.
     """
 
     def __init__(self, channel):
@@ -41,39 +42,64 @@ class GenerationServiceStub:
                 request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateResponse.FromString,
                 _registered_method=True)
-        self.AnswerWithRetrieval = channel.unary_unary(
-                '/praxon.generation.v1.GenerationService/AnswerWithRetrieval',
-                request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.AnswerWithRetrievalRequest.SerializeToString,
-                response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.AnswerWithRetrievalResponse.FromString,
+        self.GenerateStream = channel.unary_stream(
+                '/praxon.generation.v1.GenerationService/GenerateStream',
+                request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateStreamRequest.SerializeToString,
+                response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateStreamResponse.FromString,
+                _registered_method=True)
+        self.CountTokens = channel.unary_unary(
+                '/praxon.generation.v1.GenerationService/CountTokens',
+                request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.CountTokensRequest.SerializeToString,
+                response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.CountTokensResponse.FromString,
                 _registered_method=True)
         self.StartLanguageModelTrainingJob = channel.unary_unary(
                 '/praxon.generation.v1.GenerationService/StartLanguageModelTrainingJob',
                 request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartLanguageModelTrainingJobRequest.SerializeToString,
                 response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartLanguageModelTrainingJobResponse.FromString,
                 _registered_method=True)
+        self.StartImportLanguageModelJob = channel.unary_unary(
+                '/praxon.generation.v1.GenerationService/StartImportLanguageModelJob',
+                request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobRequest.SerializeToString,
+                response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobResponse.FromString,
+                _registered_method=True)
 
 
 class GenerationServiceServicer:
-    """First draft (shaped after shared/algorithms/generation.md): LM serving with semantic uncertainty (SDLG),
-    speculative/sparse RAG, and VL-Cache-style KV-cache compression. Later issues fill it in.
+    """Language-model generation: Hugging Face causal LMs from the registry, served with iteration-level continuous
+    batching, sampling, server streaming and per-request KV-cache compression (VL-Cache, H2O, StreamingLLM); the jobs
+    that import a model directory or train a small model from scratch.
     """
 
     def Generate(self, request, context):
-        """Generates a completion, optionally with SDLG semantic uncertainty and a compressed KV cache.
+        """Generates a completion for one prompt.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def AnswerWithRetrieval(self, request, context):
-        """Answers a question over retrieved documents with a drafter + verifier (Speculative RAG).
+    def GenerateStream(self, request, context):
+        """Generates a completion and streams it token by token; the last message carries the finish reason and usage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountTokens(self, request, context):
+        """Tokenizes a text with a model's tokenizer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StartLanguageModelTrainingJob(self, request, context):
-        """Trains a small language model from a text corpus artifact (tests and demos have no downloadable LM).
+        """Trains a BPE tokenizer and a small Llama-type model from scratch (a tenant corpus or the built-in one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartImportLanguageModelJob(self, request, context):
+        """Imports a Hugging Face causal-LM directory (safetensors only) as a new model version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -87,15 +113,25 @@ def add_GenerationServiceServicer_to_server(servicer, server):
                     request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateRequest.FromString,
                     response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateResponse.SerializeToString,
             ),
-            'AnswerWithRetrieval': grpc.unary_unary_rpc_method_handler(
-                    servicer.AnswerWithRetrieval,
-                    request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.AnswerWithRetrievalRequest.FromString,
-                    response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.AnswerWithRetrievalResponse.SerializeToString,
+            'GenerateStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.GenerateStream,
+                    request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateStreamRequest.FromString,
+                    response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateStreamResponse.SerializeToString,
+            ),
+            'CountTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountTokens,
+                    request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.CountTokensRequest.FromString,
+                    response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.CountTokensResponse.SerializeToString,
             ),
             'StartLanguageModelTrainingJob': grpc.unary_unary_rpc_method_handler(
                     servicer.StartLanguageModelTrainingJob,
                     request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartLanguageModelTrainingJobRequest.FromString,
                     response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartLanguageModelTrainingJobResponse.SerializeToString,
+            ),
+            'StartImportLanguageModelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartImportLanguageModelJob,
+                    request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobRequest.FromString,
+                    response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -106,8 +142,9 @@ def add_GenerationServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GenerationService:
-    """First draft (shaped after shared/algorithms/generation.md): LM serving with semantic uncertainty (SDLG),
-    speculative/sparse RAG, and VL-Cache-style KV-cache compression. Later issues fill it in.
+    """Language-model generation: Hugging Face causal LMs from the registry, served with iteration-level continuous
+    batching, sampling, server streaming and per-request KV-cache compression (VL-Cache, H2O, StreamingLLM); the jobs
+    that import a model directory or train a small model from scratch.
     """
 
     @staticmethod
@@ -138,7 +175,34 @@ class GenerationService:
             _registered_method=True)
 
     @staticmethod
-    def AnswerWithRetrieval(request,
+    def GenerateStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/praxon.generation.v1.GenerationService/GenerateStream',
+            praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateStreamRequest.SerializeToString,
+            praxon_dot_generation_dot_v1_dot_generation__pb2.GenerateStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountTokens(request,
             target,
             options=(),
             channel_credentials=None,
@@ -151,9 +215,9 @@ class GenerationService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/praxon.generation.v1.GenerationService/AnswerWithRetrieval',
-            praxon_dot_generation_dot_v1_dot_generation__pb2.AnswerWithRetrievalRequest.SerializeToString,
-            praxon_dot_generation_dot_v1_dot_generation__pb2.AnswerWithRetrievalResponse.FromString,
+            '/praxon.generation.v1.GenerationService/CountTokens',
+            praxon_dot_generation_dot_v1_dot_generation__pb2.CountTokensRequest.SerializeToString,
+            praxon_dot_generation_dot_v1_dot_generation__pb2.CountTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -181,6 +245,33 @@ class GenerationService:
             '/praxon.generation.v1.GenerationService/StartLanguageModelTrainingJob',
             praxon_dot_generation_dot_v1_dot_generation__pb2.StartLanguageModelTrainingJobRequest.SerializeToString,
             praxon_dot_generation_dot_v1_dot_generation__pb2.StartLanguageModelTrainingJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartImportLanguageModelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.generation.v1.GenerationService/StartImportLanguageModelJob',
+            praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobRequest.SerializeToString,
+            praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,312 @@
+"""GenerationService: proto <-> domain. Models come from the registry through ModelCache (name/version/alias, hot
+swap); each loaded version owns one continuous-batching Engine (services.generation.engine). Import and training
+are jobs (services.generation.jobs)."""
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+
+from praxon.generation.v1 import generation_pb2 as pb
+from praxon.generation.v1 import generation_pb2_grpc
+from services.common import convert
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.jobs import parse_uuid
+from services.common.params import parse_params
+from services.common.server import AppContext, current_tenant
+from services.common.serving import ModelCache, ref_key
+from services.common.spec import service_settings
+from services.generation.params import ImportParams, TrainParams
+from services.generation.settings import GenerationConfig
+
+IMPORT_KIND, TRAIN_KIND = "generation.import", "generation.train"
+POLICIES = {pb.CACHE_POLICY_UNSPECIFIED: "none", pb.CACHE_POLICY_NONE: "none", pb.CACHE_POLICY_VL_CACHE: "vl_cache",
+            pb.CACHE_POLICY_H2O: "h2o", pb.CACHE_POLICY_STREAMING_LLM: "streaming_llm"}
+POLICY_ENUM = {"none": pb.CACHE_POLICY_NONE, "vl_cache": pb.CACHE_POLICY_VL_CACHE, "h2o": pb.CACHE_POLICY_H2O,
+               "streaming_llm": pb.CACHE_POLICY_STREAMING_LLM}
+FINISH = {"stop": pb.FINISH_REASON_STOP, "length": pb.FINISH_REASON_LENGTH, "cancelled": pb.FINISH_REASON_CANCELLED}
+TRAIN_FIELDS = [f.name for f in pb.LanguageModelTrainingParams.DESCRIPTOR.fields]
+MAX_INT32 = 2 ** 31 - 1
+
+
+@dataclass
+class LoadedLM:
+    engine: Any
+    tokenizer: Any
+    info: pb.ModelInfo
+
+
+_ENGINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+class _EngineCollector:
+    """Prometheus: running/queued sequences, cache bytes, tokens and mean time to first token of live engines."""
+
+    def collect(self):
+        names = {"running": "sequences decoding", "queued": "requests waiting", "cache_bytes": "KV bytes held",
+                 "tokens_out": "tokens generated", "mean_ttft_s": "mean time to first token (last 1000)"}
+        fams = {k: GaugeMetricFamily(f"praxon_generation_{k}", d, labels=["model"]) for k, d in names.items()}
+        for e in list(_ENGINES):
+            st = e.stats()
+            for k, fam in fams.items():
+                fam.add_metric([e.name], float(st[k]))
+        yield from fams.values()
+
+
+try:
+    REGISTRY.register(_EngineCollector())
+except ValueError:  # already registered (module reloaded)
+    pass
+
+
+def build_loaded(config_: GenerationConfig):
+    def build(tensors: dict, config: dict, row: dict) -> LoadedLM:
+        from services.common import hf  # noqa: PLC0415
+        from services.generation.engine import Engine  # noqa: PLC0415
+
+        hf.check_version_config(config)
+        model, tokenizer = hf.load_model(tensors, config)
+        name = f"{row['name']}:{row['version']}"
+        engine = Engine(model, tokenizer, max_running=config_.max_running, max_queued=config_.max_queued,
+                        retry_after_s=config_.retry_after_s, name=name)
+        _ENGINES.add(engine)
+        info = pb.ModelInfo(name=row["name"], version=int(row["version"] or 0), model_version_id=str(row["id"]),
+                            model_type=str(config.get("model_type", "")), context_length=engine.max_context)
+        return LoadedLM(engine, tokenizer, info)
+    return build
+
+
+def _finite(value: float, field: str) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgument(field, "must be a finite number")
+    return value
+
+
+def sampling_of(s: pb.SamplingParams, cfg: GenerationConfig):
+    from services.generation.engine import SamplingParams  # noqa: PLC0415
+
+    f = "sampling."
+    max_new = s.max_new_tokens if s.HasField("max_new_tokens") else 64
+    if max_new <= 0:
+        raise InvalidArgument(f + "max_new_tokens", "must be >= 1")
+    if max_new > cfg.max_new_tokens:
+        raise InvalidArgument(f + "max_new_tokens", f"must be <= {cfg.max_new_tokens}")
+    temp = _finite(s.temperature, f + "temperature") if s.HasField("temperature") else 0.0
+    if temp < 0:
+        raise InvalidArgument(f + "temperature", "must be >= 0 (0 is greedy)")
+    if temp > 100:
+        raise InvalidArgument(f + "temperature", "must be <= 100")
+    top_k = s.top_k if s.HasField("top_k") else 0
+    if top_k < 0:
+        raise InvalidArgument(f + "top_k", "must be >= 0 (0 is off)")
+    top_p = _finite(s.top_p, f + "top_p") if s.HasField("top_p") else 1.0
+    if not 0 < top_p <= 1:
+        raise InvalidArgument(f + "top_p", "must be in (0, 1]")
+    if len(s.stop) > cfg.max_stop:
+        raise InvalidArgument(f + "stop", f"at most {cfg.max_stop} stop strings")
+    for i, x in enumerate(s.stop):
+        if not x or len(x) > 256:
+            raise InvalidArgument(f"{f}stop[{i}]", "1..256 characters")
+    if not 0 <= s.top_logprobs <= cfg.max_top_logprobs:
+        raise InvalidArgument(f + "top_logprobs", f"must be in 0..{cfg.max_top_logprobs}")
+    seed = s.seed if s.HasField("seed") else None
+    if seed is not None and seed < 0:
+        raise InvalidArgument(f + "seed", "must be >= 0")
+    return SamplingParams(max_new_tokens=max_new, temperature=temp, top_k=top_k, top_p=top_p, seed=seed,
+                          stop=tuple(s.stop), logprobs=s.top_logprobs, ignore_eos=s.ignore_eos)
+
+
+def policy_of(k: pb.KvCompression, has: bool):
+    from services.generation.kvpolicy import CachePolicy  # noqa: PLC0415
+
+    f = "kv_compression."
+    if not has:
+        return CachePolicy()
+    policy = convert.enum_of(POLICIES, k.policy, f + "policy")
+    alpha = _finite(k.retention, f + "retention") if k.HasField("retention") else 1.0
+    if not 0 < alpha <= 1:
+        raise InvalidArgument(f + "retention", "must be in (0, 1]")
+    if alpha < 0.01:
+        raise InvalidArgument(f + "retention", "must be >= 0.01 (the smallest layer budget)")
+    window = k.window if k.HasField("window") else 8
+    if not 0 <= window <= 1_000_000:
+        raise InvalidArgument(f + "window", "must be >= 0")
+    tau = k.observation_window if k.HasField("observation_window") else 16
+    if not 1 <= tau <= 1_000_000:
+        raise InvalidArgument(f + "observation_window", "must be >= 1")
+    p = _finite(k.threshold, f + "threshold") if k.HasField("threshold") else 0.01
+    if not 0 < p < 1:
+        raise InvalidArgument(f + "threshold", "must be in (0, 1)")
+    sinks = k.sinks if k.HasField("sinks") else 4
+    if not 0 <= sinks <= 1_000_000:
+        raise InvalidArgument(f + "sinks", "must be >= 0")
+    if policy == "none" and (k.HasField("retention") and alpha < 1):
+        raise InvalidArgument(f + "policy", "retention < 1 needs a compression policy")
+    return CachePolicy(policy, alpha, window, tau, p, sinks)
+
+
+def token_message(e) -> pb.Token:
+    return pb.Token(token_id=e.token_id, text=e.text, logprob=e.logprob,
+                    top_logprobs=[pb.TokenLogprob(token_id=i, text=t, logprob=lp) for i, t, lp in e.top_logprobs])
+
+
+def usage_message(fin) -> pb.Usage:
+    return pb.Usage(prompt_tokens=fin.prompt_tokens, completion_tokens=fin.completion_tokens,
+                    time_to_first_token_s=fin.time_to_first_token_s)
+
+
+def cache_message(fin, policy) -> pb.CacheStats:
+    return pb.CacheStats(policy=POLICY_ENUM[policy.policy], kept_bytes=fin.cache_bytes, full_bytes=fin.full_cache_bytes,
+                         prompt_kept_fraction=fin.kept_fraction, layer_budgets=fin.budgets)
+
+
+def train_params(request: pb.StartLanguageModelTrainingJobRequest, default_name: str) -> dict[str, Any]:
+    params: dict[str, Any] = {f: getattr(request.params, f) for f in TRAIN_FIELDS if request.params.HasField(f)}
+    params["model_name"] = request.model_name or default_name
+    if request.corpus_artifact_id:
+        params["corpus_artifact_id"] = parse_uuid(request.corpus_artifact_id, "corpus_artifact_id")
+    paths = {f: f"params.{f}" for f in TRAIN_FIELDS}
+    paths.update(model_name="model_name", corpus_artifact_id="corpus_artifact_id")
+    parse_params(TrainParams, params, prefix="params.", field_paths=paths)
+    return params
+
+
+class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
+    def __init__(self, app: AppContext, config: GenerationConfig | None = None):
+        self.app = app
+        self.config = config or GenerationConfig()
+        self.models = ModelCache(app.registry, build_loaded(self.config), self.config, what="language model")
+
+    async def close(self) -> None:
+        await self.models.close()
+
+    # -- jobs
+    async def StartLanguageModelTrainingJob(self, request, context):
+        tenant = current_tenant()
+        params = train_params(request, self.config.default_model)
+
+        def work():
+            if "corpus_artifact_id" in params:
+                self.app.registry.get_artifact(tenant, params["corpus_artifact_id"], "corpus_artifact_id")
+            return self.app.jobs.submit(tenant, TRAIN_KIND, params, request.idempotency_key)
+        return pb.StartLanguageModelTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
+
+    async def StartImportLanguageModelJob(self, request, context):
+        tenant = current_tenant()
+        source = request.WhichOneof("source")
+        if source is None:
+            raise InvalidArgument("artifact_id", "give an uploaded archive artifact_id or a path")
+        params: dict[str, Any] = {"model_name": request.model_name}
+        if source == "path":
+            if not request.path:
+                raise InvalidArgument("path", "must not be empty")
+            params["path"] = request.path
+        else:
+            params["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
+        parse_params(ImportParams, params, field_paths={"model_name": "model_name", "path": "path",
+                                                        "artifact_id": "artifact_id"})
+        if source == "path":
+            from pathlib import Path  # noqa: PLC0415
+
+            from services.generation.jobs import check_local_path  # noqa: PLC0415
+            check_local_path(request.path, [Path(r).resolve() for r in self.config.import_roots], "path")
+
+        def work():
+            if "artifact_id" in params:
+                self.app.registry.get_artifact(tenant, params["artifact_id"], "artifact_id")
+            return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
+        return pb.StartImportLanguageModelJobResponse(job=convert.job(await asyncio.to_thread(work)))
+
+    # -- serving
+    async def _model(self, ref) -> LoadedLM:
+        try:
+            return await self.models.get(ref_key(current_tenant(), ref, self.config.default_model), field="model")
+        except FailedPrecondition as exc:
+            if exc.reason == "MODEL_NOT_REGISTERED":
+                raise NotFound(exc.message, reason="MODEL_NOT_FOUND", metadata=exc.metadata) from None
+            raise
+
+    async def _prepare(self, request):
+        if not request.prompt:
+            raise InvalidArgument("prompt", "must not be empty")
+        if len(request.prompt) > self.config.max_prompt_chars:
+            raise InvalidArgument("prompt", f"at most {self.config.max_prompt_chars} characters")
+        sampling = sampling_of(request.sampling, self.config)
+        policy = policy_of(request.kv_compression, request.HasField("kv_compression"))
+        loaded = await self._model(request.model)
+        ids = await asyncio.to_thread(loaded.engine.encode, request.prompt)
+        loaded.engine.check(ids, sampling, "prompt")
+        return loaded, ids, sampling, policy
+
+    async def _run(self, loaded: LoadedLM, ids, sampling, policy, context):
+        """Submit and yield engine events; cancels the request when the caller goes away or its deadline passes."""
+        from services.generation.engine import Finished, Request  # noqa: PLC0415
+
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        req = Request(ids, sampling, policy, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
+        loaded.engine.submit(req)
+        remaining = context.time_remaining() if context is not None else None
+        deadline = loop.time() + remaining if remaining is not None else None
+        try:
+            while True:
+                timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
+                try:
+                    e = await asyncio.wait_for(events.get(), timeout)
+                except (asyncio.TimeoutError, TimeoutError):
+                    req.cancel()
+                    raise asyncio.CancelledError() from None
+                yield e
+                if isinstance(e, Finished):
+                    if e.error is not None:
+                        raise e.error
+                    return
+        finally:
+            req.cancel()  # no-op when finished; frees the sequence when the client left mid-generation
+
+    async def Generate(self, request, context):
+        from services.generation.engine import Finished  # noqa: PLC0415
+
+        loaded, ids, sampling, policy = await self._prepare(request)
+        tokens = []
+        async for e in self._run(loaded, ids, sampling, policy, context):
+            if isinstance(e, Finished):
+                return pb.GenerateResponse(text=e.text, tokens=tokens, finish_reason=FINISH.get(e.finish_reason, 0),
+                                           usage=usage_message(e), cache=cache_message(e, policy), model=loaded.info)
+            tokens.append(token_message(e))
+
+    async def GenerateStream(self, request, context):
+        from services.generation.engine import Finished  # noqa: PLC0415
+
+        loaded, ids, sampling, policy = await self._prepare(request)
+        first = True
+        async for e in self._run(loaded, ids, sampling, policy, context):
+            if isinstance(e, Finished):
+                yield pb.GenerateStreamResponse(finish_reason=FINISH.get(e.finish_reason, 0), usage=usage_message(e),
+                                                cache=cache_message(e, policy), model=loaded.info)
+                return
+            msg = pb.GenerateStreamResponse(token=token_message(e))
+            if first:
+                msg.model.CopyFrom(loaded.info)
+                first = False
+            yield msg
+
+    async def CountTokens(self, request, context):
+        if len(request.text) > self.config.max_prompt_chars:
+            raise InvalidArgument("text", f"at most {self.config.max_prompt_chars} characters")
+        loaded = await self._model(request.model)
+        ids = await asyncio.to_thread(loaded.engine.encode, request.text)
+        return pb.CountTokensResponse(count=len(ids), token_ids=ids, model=loaded.info)
+
+
+def register(server: grpc.aio.Server, app: AppContext) -> list[str]:
+    servicer = GenerationServicer(app, service_settings(app.settings, "generation", GenerationConfig))
+    app.extras["generation_servicer"] = servicer
+    generation_pb2_grpc.add_GenerationServiceServicer_to_server(servicer, server)
+    return [pb.DESCRIPTOR.services_by_name["GenerationService"].full_name]

@@ -1,0 +1,235 @@
+"""`praxon generate train|import|complete`: train a small LM on the built-in corpus (or a corpus file), import a
+Hugging Face model directory, complete a prompt (optionally streamed, optionally with a compressed KV cache). Every
+command is a client of the public gRPC API; no torch is imported here."""
+from __future__ import annotations
+
+import io
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from services.common.client import upload, wait_for_success
+
+# Sized for the demo on two CPU cores (a few minutes); benchmarks/generation/ trains the same recipe longer.
+DEMO_TRAIN = {"steps": 900, "batch_size": 16, "lr": 3e-3, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
+              "builtin_retrieval_docs": 3000, "builtin_max_records": 8, "max_seq_len": 192, "seed": 0}
+POLICY_NAMES = ("none", "vl_cache", "h2o", "streaming_llm")
+
+
+def _stub(target):
+    from praxon.generation.v1 import generation_pb2_grpc  # noqa: PLC0415
+
+    return generation_pb2_grpc.GenerationServiceStub(target.channel())
+
+
+def _target(args):
+    from services.common.client import resolve_target  # noqa: PLC0415
+
+    return resolve_target(args.address, args.token, args.data_dir)
+
+
+def _model_ref(text: str | None):
+    from services.common.client import model_ref  # noqa: PLC0415
+    from services.generation.settings import GenerationConfig  # noqa: PLC0415 - light: no torch
+
+    return model_ref(text, GenerationConfig().default_model)
+
+
+def train(target, name: str, params: dict, *, corpus: Path | None = None, out=None):
+    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+
+    out = out or sys.stdout
+    req = pb.StartLanguageModelTrainingJobRequest(model_name=name, params=pb.LanguageModelTrainingParams(**params))
+    if corpus is not None:
+        art = upload(target, corpus.name, corpus)
+        out.write(f"uploaded {corpus.name}: artifact {art.id}\n")
+        req.corpus_artifact_id = art.id
+    job = wait_for_success(target, _stub(target).StartLanguageModelTrainingJob(req, metadata=target.metadata).job,
+                           "language-model training", out)
+    m = job.models[0]
+    metrics = dict(job.result["metrics"])
+    out.write(f"registered {m.name} v{m.version}: {int(metrics['parameters'])} parameters, validation perplexity "
+              f"{metrics['validation_perplexity']:.3f}, final loss {metrics['final_loss']:.3f}\n")
+    return m
+
+
+def import_model(target, name: str, *, path: str | None = None, directory: Path | None = None, out=None):
+    """Import from a path on the workers (path) or upload a local directory as a .tar.gz (directory)."""
+    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+
+    out = out or sys.stdout
+    req = pb.StartImportLanguageModelJobRequest(model_name=name)
+    if directory is not None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for f in sorted(directory.iterdir()):
+                if f.is_file():
+                    tar.add(f, arcname=f.name)
+        art = upload(target, directory.name + ".tar.gz", buf.getvalue(), "application/gzip")
+        out.write(f"uploaded {directory.name}: artifact {art.id} ({art.size_bytes} bytes)\n")
+        req.artifact_id = art.id
+    else:
+        req.path = path or ""
+    job = wait_for_success(target, _stub(target).StartImportLanguageModelJob(req, metadata=target.metadata).job,
+                           "import", out)
+    m = job.models[0]
+    out.write(f"registered {m.name} v{m.version} ({job.result['model_type']}, {int(job.result['parameters'])} "
+              "parameters)\n")
+    return m
+
+
+def request(prompt: str, *, model=None, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
+            top_k: int = 0, seed: int | None = None, stop=(), policy: str = "none", retention: float = 1.0):
+    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+
+    sampling = pb.SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                                 stop=list(stop))
+    if seed is not None:
+        sampling.seed = seed
+    req = pb.GenerateRequest(model=model, prompt=prompt, sampling=sampling)
+    if policy != "none" or retention < 1:
+        req.kv_compression.CopyFrom(pb.KvCompression(policy=pb.CachePolicy.Value("CACHE_POLICY_" + policy.upper()),
+                                                     retention=retention))
+    return req
+
+
+def _retrying(call, *args, **kw):
+    import grpc  # noqa: PLC0415
+
+    for _ in range(120):  # the first request loads the model: UNAVAILABLE asks to retry shortly
+        try:
+            return call(*args, **kw)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            time.sleep(0.5)
+    raise SystemExit("the model did not load in time")
+
+
+def complete(target, req, *, stream: bool = False, out=None):
+    """Print a completion; returns (text, finish reason name, cache stats)."""
+    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+
+    out = out or sys.stdout
+    stub = _stub(target)
+    if not stream:
+        resp = _retrying(stub.Generate, req, metadata=target.metadata)
+        out.write(resp.text + "\n")
+        return resp.text, pb.FinishReason.Name(resp.finish_reason), resp.cache
+    sreq = pb.GenerateStreamRequest(model=req.model, prompt=req.prompt, sampling=req.sampling,
+                                    kv_compression=req.kv_compression)
+    text, last = "", None
+
+    def run():
+        return list_stream(stub.GenerateStream(sreq, metadata=target.metadata))
+
+    def list_stream(it):
+        nonlocal text, last
+        for msg in it:
+            if msg.HasField("token"):
+                text += msg.token.text
+                out.write(msg.token.text)
+                out.flush()
+            last = msg
+        return last
+    _retrying(run)
+    out.write("\n")
+    return text, pb.FinishReason.Name(last.finish_reason), last.cache
+
+
+# ---------------------------------------------------------------------------------------------- commands
+def cmd_train(args) -> None:
+    params = dict(DEMO_TRAIN)
+    for k in ("steps", "batch_size", "lr", "hidden_size", "num_layers", "seed"):
+        if getattr(args, k) is not None:
+            params[k] = getattr(args, k)
+    train(_target(args), args.name, params, corpus=Path(args.corpus) if args.corpus else None)
+
+
+def cmd_import(args) -> None:
+    if bool(args.path) == bool(args.upload):
+        raise SystemExit("give --path (a folder on the workers) or --upload (a local folder to upload)")
+    import_model(_target(args), args.name, path=args.path, directory=Path(args.upload) if args.upload else None)
+
+
+def cmd_complete(args) -> None:
+    req = request(args.prompt, model=_model_ref(args.model), max_new_tokens=args.max_new_tokens,
+                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                  stop=args.stop or (), policy=args.policy, retention=args.retention)
+    _, reason, cache = complete(_target(args), req, stream=args.stream)
+    print(f"[{reason.removeprefix('FINISH_REASON_').lower()}; KV cache {cache.kept_bytes}/{cache.full_bytes} bytes]",
+          file=sys.stderr)
+
+
+def add_commands(sub, client_opts) -> None:
+    p = sub.add_parser("generate", help="language models: train, import, complete")
+    gsub = p.add_subparsers(dest="action", required=True)
+
+    sp = gsub.add_parser("train", help="train a tiny Llama from scratch (a job; watched to its end)")
+    client_opts(sp)
+    sp.add_argument("--name", default="tiny-llama")
+    sp.add_argument("--corpus", help="a text (one document per line) or JSONL file; default: the built-in corpus")
+    sp.add_argument("--steps", type=int)
+    sp.add_argument("--batch-size", type=int)
+    sp.add_argument("--lr", type=float)
+    sp.add_argument("--hidden-size", type=int)
+    sp.add_argument("--num-layers", type=int)
+    sp.add_argument("--seed", type=int)
+    sp.set_defaults(func=cmd_train)
+
+    sp = gsub.add_parser("import", help="import a Hugging Face causal-LM directory (safetensors only)")
+    client_opts(sp)
+    sp.add_argument("--name", required=True)
+    sp.add_argument("--path", help="a folder on the workers, under generation.import_roots")
+    sp.add_argument("--upload", help="a local folder, uploaded as a .tar.gz")
+    sp.set_defaults(func=cmd_import)
+
+    sp = gsub.add_parser("complete", help="complete a prompt")
+    client_opts(sp)
+    sp.add_argument("prompt")
+    sp.add_argument("--model", help="name, name:VERSION or name@ALIAS (default tiny-llama)")
+    sp.add_argument("--stream", action="store_true")
+    sp.add_argument("--max-new-tokens", type=int, default=32)
+    sp.add_argument("--temperature", type=float, default=0.0)
+    sp.add_argument("--top-p", type=float, default=1.0)
+    sp.add_argument("--top-k", type=int, default=0)
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--stop", action="append")
+    sp.add_argument("--policy", choices=POLICY_NAMES, default="none", help="KV-cache compression")
+    sp.add_argument("--retention", type=float, default=1.0, help="fraction of the KV cache kept (0, 1]")
+    sp.set_defaults(func=cmd_complete)
+
+
+# ---------------------------------------------------------------------------------------------- demo step
+def demo(target) -> None:
+    """`praxon demo` step: train the tiny model on the built-in corpus (progress bar), stream an answer, then ask
+    retrieval questions with the full cache and with 10% of it, printing what was right and wrong."""
+    from services.generation import corpus  # noqa: PLC0415 - pure python, no torch
+
+    print(f"training a tiny Llama from scratch on the built-in corpus ({DEMO_TRAIN['steps']} steps, width "
+          f"{DEMO_TRAIN['hidden_size']}, {DEMO_TRAIN['num_layers']} layers): a toy, sized for two CPU cores")
+    m = train(target, "tiny-llama", DEMO_TRAIN)
+    model = _model_ref(f"{m.name}:{m.version}")
+    qa = [q for q in corpus.facts_qa(DEMO_TRAIN["seed"]) if q.kind == "known"][:3]
+    print("streamed answer:")
+    for q in qa[:1]:
+        print(f"  {q.question}", end=" ")
+        text, _, _ = complete(target, request(q.question, model=model, max_new_tokens=8, stop=(" .",)), stream=True)
+        print(f"  expected {q.answers[0]!r}: {'right' if text.strip() in q.answers else 'wrong'}")
+    examples = corpus.retrieval_set(7, 10, 8)
+    print(f"retrieval: {len(examples)} lookups among 8 records; full cache vs VL-Cache at 10%:")
+    score = {"none": 0, "vl_cache": 0}
+    for ex in examples:
+        cells = []
+        for policy, retention in (("none", 1.0), ("vl_cache", 0.1)):
+            resp = _retrying(_stub(target).Generate, request(ex.prompt, model=model, max_new_tokens=8, stop=(" .",),
+                                                             policy=policy, retention=retention),
+                             metadata=target.metadata)
+            ok = resp.text.strip() == ex.answer
+            score[policy] += ok
+            cells.append(f"{policy}@{retention:g}: {resp.text.strip()!r} {'right' if ok else 'WRONG'} "
+                         f"({resp.cache.kept_bytes}/{resp.cache.full_bytes} B)")
+        print(f"  want {ex.answer!r}  " + "  ".join(cells))
+    print(f"retrieval accuracy: full cache {score['none']}/{len(examples)}, VL-Cache 10% "
+          f"{score['vl_cache']}/{len(examples)}")
