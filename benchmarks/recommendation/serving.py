@@ -43,7 +43,7 @@ def free_port() -> int:
 
 
 def model_tensors(kind: str, n_items: int, dim: int, seed: int = 0):
-    from services.recommendation.jobs import MODEL_FORMAT
+    from services.recommendation.recommender import MODEL_FORMAT
     from services.recommendation.model import ModelConfig, build_model
 
     torch.manual_seed(seed)
@@ -60,7 +60,7 @@ def register(settings, tenant_id: str, name: str, tensors, config) -> None:
     from services.common import db
     from services.common.registry import Registry
     from services.common.store import ArtifactStore
-    from services.recommendation.jobs import REGISTRY_KIND
+    from services.recommendation.recommender import REGISTRY_KIND
 
     pool = db.create_pool(settings, max_size=2)
     try:

@@ -1,7 +1,9 @@
 """Sequential recommendation: PreferDiff (diffusion recommender with a preference loss) and its baselines.
 
-api.py (the servicer), data.py (interactions -> Dataset artifact), model.py (PreferDiff, DreamRec, SASRec-CE,
-popularity), metrics.py, training.py, jobs.py (import, training), serving.py, predictor.py (kserve), cli.py."""
+api.py (the servicer), params.py (the jobs' parameter models), data.py (interactions -> Dataset artifact, split
+protocols), model.py (PreferDiff, DreamRec, SASRec-CE, GRU4Rec), metrics.py, training.py (the epoch steps), jobs.py
+(import, training, sweep), recommender.py (the engine: servicer, predictor and benchmarks score with it), serving.py
+(cache, batching), predictor.py (kserve), cli.py."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
 SPEC = ServiceSpec(
@@ -10,6 +12,7 @@ SPEC = ServiceSpec(
     job_kinds={
         "recommendation.import": JobKind("default", "services.recommendation.jobs:run_import"),
         "recommendation.train": JobKind("training", "services.recommendation.jobs:run_training"),
+        "recommendation.sweep": JobKind("training", "services.recommendation.jobs:run_sweep"),
     },
     predictors={"recommendation": "services.recommendation.predictor:build"},
     cli="services.recommendation.cli",

@@ -1,6 +1,7 @@
-"""RecommendationService: proto <-> domain translation. Import and training are jobs (services/recommendation/jobs.py,
-run by workers); scoring is serving.py's (registry loading, hot swap, dynamic batching) over the domain
-Recommender."""
+"""RecommendationService: proto <-> domain translation. Import, training and sweeps are jobs
+(services/recommendation/jobs.py, run by workers) whose parameters are validated here with the jobs' own models
+(params.py), named by the request's field paths; scoring is serving.py's (registry loading, hot swap, dynamic
+batching) over the engine (recommender.py's Recommender)."""
 from __future__ import annotations
 
 import asyncio
@@ -11,12 +12,13 @@ import grpc
 from praxon.recommendation.v1 import recommendation_pb2 as pb
 from praxon.recommendation.v1 import recommendation_pb2_grpc
 from services.common import convert
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import InvalidArgument
 from services.common.jobs import parse_uuid
-from services.common.registry import check_model_name
+from services.common.params import parse_params
 from services.common.spec import service_settings
 from services.common.server import AppContext, current_tenant
 from services.common.serving import ModelCache, ref_key
+from services.recommendation.params import ImportParams, SweepParams, TrainParams, grid_points
 from services.recommendation.serving import (
     EMPTY_HISTORY,
     MODEL,
@@ -33,64 +35,107 @@ from services.recommendation.serving import (
     history_of,
 )
 
-IMPORT_KIND, TRAIN_KIND = "recommendation.import", "recommendation.train"
+IMPORT_KIND, TRAIN_KIND, SWEEP_KIND = "recommendation.import", "recommendation.train", "recommendation.sweep"
 FORMATS = {pb.DATA_FORMAT_UNSPECIFIED: None, pb.DATA_FORMAT_CSV: "csv", pb.DATA_FORMAT_TSV: "tsv",
            pb.DATA_FORMAT_PARQUET: "parquet"}
 BUILTINS = {pb.BUILTIN_DATASET_ML_100K: "ml-100k", pb.BUILTIN_DATASET_SYNTHETIC: "synthetic"}
+PROTOCOLS = {pb.SPLIT_PROTOCOL_UNSPECIFIED: "user_split", pb.SPLIT_PROTOCOL_USER_SPLIT: "user_split",
+             pb.SPLIT_PROTOCOL_LEAVE_ONE_OUT: "leave_one_out"}
 KINDS = {pb.MODEL_KIND_UNSPECIFIED: "preferdiff", pb.MODEL_KIND_PREFERDIFF: "preferdiff",
          pb.MODEL_KIND_DREAMREC: "dreamrec", pb.MODEL_KIND_SASREC_CE: "sasrec_ce",
-         pb.MODEL_KIND_POPULARITY: "popularity"}
+         pb.MODEL_KIND_GRU4REC: "gru4rec", pb.MODEL_KIND_POPULARITY: "popularity"}
 SCORED_BY = {MODEL: pb.SCORED_BY_MODEL, EMPTY_HISTORY: pb.SCORED_BY_POPULARITY_EMPTY_HISTORY,
              NO_KNOWN_ITEMS: pb.SCORED_BY_POPULARITY_NO_KNOWN_ITEMS, POPULARITY_MODEL: pb.SCORED_BY_POPULARITY_MODEL}
 TRAIN_FIELDS = [f.name for f in pb.TrainingParams.DESCRIPTOR.fields]
 SYNTH_FIELDS = [f.name for f in pb.SyntheticOptions.DESCRIPTOR.fields]
-MAX_INT32 = 2 ** 31 - 1
+OWN_FIELDS = {"model_kind", "model_name", "dataset_artifact_id"}
 
 
-
-def _synthetic_params(opts: pb.SyntheticOptions) -> dict[str, Any]:
-    """The generator's bounds, checked now so a bad request is INVALID_ARGUMENT rather than a failed job."""
-    out: dict[str, Any] = {f: getattr(opts, f) for f in SYNTH_FIELDS if opts.HasField(f)}
-    checks = [("n_users", 10, 1_000_000), ("n_items", 2, 1_000_000), ("n_clusters", 1, 100_000),
-              ("successors", 1, 1000), ("min_len", 2, 10_000), ("max_len", 2, 10_000), ("synthetic_seed", 0, MAX_INT32)]
-    for name, lo, hi in checks:
-        if name in out and not lo <= out[name] <= hi:
-            raise InvalidArgument(f"synthetic.{name}", f"must be in {lo}..{hi}")
-    if "noise" in out and not 0.0 <= out["noise"] <= 1.0:
-        raise InvalidArgument("synthetic.noise", "must be in [0, 1]")
-    if out.get("min_len", 6) > out.get("max_len", 20):
-        raise InvalidArgument("synthetic.min_len", "must be <= max_len")
-    if out.get("n_items", 200) < 2 * out.get("successors", 3):
-        raise InvalidArgument("synthetic.n_items", "must be >= 2 * successors")
-    if out.get("n_users", 1000) * out.get("max_len", 20) > 5_000_000:
-        raise InvalidArgument("synthetic.n_users", "the synthetic set would exceed 5M interactions")
-    return out
+def _struct_values(msg) -> dict[str, Any]:
+    """Struct numbers are doubles: integral values go back to ints (float parameters accept ints)."""
+    values = convert.from_struct(msg)
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in values.items()}
 
 
-def train_params(request: pb.StartTrainingJobRequest) -> dict[str, Any]:
-    """Request -> job params, validated with the job's own parser (fields named as in the request)."""
-    params: dict[str, Any] = {"model_kind": convert.enum_of(KINDS, request.model_kind, "model_kind")}
+def training_data(kind_enum: int, params: pb.TrainingParams, extra_msg, has_extra: bool, *, prefix: str = "params",
+                  extra_field: str = "extra_params") -> tuple[dict[str, Any], dict[str, str]]:
+    """A request's training fields -> (TrainParams input, the request's field path of each key)."""
+    data: dict[str, Any] = {"model_kind": convert.enum_of(KINDS, kind_enum, "model_kind")}
+    paths = {"model_kind": "model_kind"}
     for f in TRAIN_FIELDS:
-        if request.params.HasField(f):
-            params[f] = getattr(request.params, f)
-    extra = convert.from_struct(request.extra_params) if request.HasField("extra_params") else {}
-    if clash := sorted(set(extra) & {*TRAIN_FIELDS, "model_kind", "model_name", "dataset_artifact_id"}):
-        raise InvalidArgument(f"extra_params.{clash[0]}", "set by its own request field")
-    # Struct numbers are doubles: integral values go back to ints (float parameters accept ints).
-    params.update({k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in extra.items()})
-    from services.recommendation.training import TrainConfig  # noqa: PLC0415 - torch only when training is asked
+        if params.HasField(f):
+            data[f] = getattr(params, f)
+            paths[f] = f"{prefix}.{f}"
+    extra = _struct_values(extra_msg) if has_extra else {}
+    if clash := sorted(set(extra) & {*TRAIN_FIELDS, *OWN_FIELDS}):
+        raise InvalidArgument(f"{extra_field}.{clash[0]}", "set by its own request field")
+    data.update(extra)
+    paths.update({k: f"{extra_field}.{k}" for k in extra})
+    return data, paths
 
-    try:
-        TrainConfig.from_params(dict(params))
-    except InvalidArgument as exc:
-        def name(f: str) -> str:
-            short = f.removeprefix("params.")
-            if short == "model_kind":
-                return short
-            return ("extra_params." if short.split(".")[0] in extra else "params.") + short
-        raise InvalidArgument(violations=[FieldViolation(name(v.field), v.description) for v in exc.violations],
-                              reason=exc.reason) from None
-    return params
+
+def import_params(request: pb.StartImportInteractionsJobRequest) -> ImportParams:
+    """Request -> the import job's parameters, validated with the job's own model (request field paths)."""
+    data: dict[str, Any] = {"protocol": convert.enum_of(PROTOCOLS, request.protocol, "protocol")}
+    source = request.WhichOneof("source")
+    if source is None:
+        raise InvalidArgument("artifact_id", "give an uploaded artifact_id or a builtin dataset")
+    if source == "builtin":
+        if request.builtin not in BUILTINS:
+            raise InvalidArgument("builtin", "one of " + ", ".join(pb.BuiltinDataset.Name(k) for k in BUILTINS))
+        data["builtin"] = BUILTINS[request.builtin]
+        if request.HasField("synthetic"):
+            if data["builtin"] != "synthetic":
+                raise InvalidArgument("synthetic", "only with builtin BUILTIN_DATASET_SYNTHETIC")
+            data["synthetic"] = {f: getattr(request.synthetic, f) for f in SYNTH_FIELDS
+                                 if request.synthetic.HasField(f)}
+    else:
+        data["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
+        if fmt := convert.enum_of(FORMATS, request.format, "format"):
+            data["format"] = fmt
+    for f in ("seed", "max_history"):
+        if request.HasField(f):
+            data[f] = getattr(request, f)
+    if request.name:
+        data["name"] = request.name
+    return parse_params(ImportParams, data)
+
+
+def train_params(request: pb.StartTrainingJobRequest, default_model: str) -> TrainParams:
+    """Request -> the training job's parameters, validated with the job's own model (request field paths)."""
+    data, paths = training_data(request.model_kind, request.params, request.extra_params,
+                                request.HasField("extra_params"))
+    data["dataset_artifact_id"] = parse_uuid(request.dataset_artifact_id, "dataset_artifact_id")
+    data["model_name"] = request.model_name or default_model
+    paths.update(dataset_artifact_id="dataset_artifact_id", model_name="model_name")
+    return parse_params(TrainParams, data, field_paths=paths)
+
+
+def sweep_params(request: pb.StartSweepJobRequest) -> SweepParams:
+    base, paths = training_data(request.model_kind, request.params, request.extra_params,
+                                request.HasField("extra_params"))
+    if not request.grid:
+        raise InvalidArgument("grid", "at least one axis")
+    grid: dict[str, list[Any]] = {}
+    for i, axis in enumerate(request.grid):
+        if not axis.name:
+            raise InvalidArgument(f"grid[{i}].name", "required")
+        if axis.name in grid:
+            raise InvalidArgument(f"grid[{i}].name", f"{axis.name!r} appears twice")
+        if bool(axis.values) == bool(axis.text_values):
+            raise InvalidArgument(f"grid[{i}].values", "give values or text_values")
+        # integral doubles go to integer parameters as ints (float parameters accept ints)
+        grid[axis.name] = [int(v) if float(v).is_integer() else v for v in axis.values] if axis.values else \
+            list(axis.text_values)
+    base.pop("dataset_artifact_id", None)
+    data = {"dataset_artifact_id": parse_uuid(request.dataset_artifact_id, "dataset_artifact_id"), "base": base,
+            "grid": grid, "metric": request.metric or "ndcg@10"}
+    p = parse_params(SweepParams, data, field_paths={"dataset_artifact_id": "dataset_artifact_id",
+                                                     "metric": "metric", "grid": "grid"})
+    parse_params(TrainParams, base, field_paths=paths)  # the shared part, named as sent
+    for i, point in enumerate(grid_points(p)[:p.max_runs]):  # each point, before anything runs
+        parse_params(TrainParams, {**base, **point}, field_paths={k: "grid" for k in grid} | paths)
+    return p
 
 
 def version_message(loaded: Loaded) -> pb.ModelVersionInfo:
@@ -119,59 +164,44 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
 
     # -- jobs
     async def StartImportInteractionsJob(self, request, context):
-        tenant, params = current_tenant(), {}
-        source = request.WhichOneof("source")
-        if source is None:
-            raise InvalidArgument("artifact_id", "give an uploaded artifact_id or a builtin dataset")
-        if source == "builtin":
-            if request.builtin not in BUILTINS:
-                raise InvalidArgument("builtin", "one of " + ", ".join(pb.BuiltinDataset.Name(k) for k in BUILTINS))
-            params["builtin"] = BUILTINS[request.builtin]
-            if request.HasField("synthetic"):
-                if params["builtin"] != "synthetic":
-                    raise InvalidArgument("synthetic", "only with builtin BUILTIN_DATASET_SYNTHETIC")
-                params.update(_synthetic_params(request.synthetic))
-        else:
-            params["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
-            if fmt := convert.enum_of(FORMATS, request.format, "format"):
-                params["format"] = fmt
-        if request.HasField("seed"):
-            if not 0 <= request.seed <= MAX_INT32:
-                raise InvalidArgument("seed", "must be >= 0")
-            params["seed"] = request.seed
-        if request.HasField("max_history"):
-            if not 1 <= request.max_history <= 200:
-                raise InvalidArgument("max_history", "must be in 1..200")
-            params["max_history"] = request.max_history
-        if request.name:
-            if len(request.name) > 512 or not request.name.isprintable():
-                raise InvalidArgument("name", "at most 512 printable characters")
-            params["name"] = request.name
+        tenant, p = current_tenant(), import_params(request)
 
         def work():
-            if "artifact_id" in params:
-                self.app.registry.get_artifact(tenant, params["artifact_id"], "artifact_id")  # NOT_FOUND now
-            return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
+            if p.artifact_id is not None:
+                self.app.registry.get_artifact(tenant, p.artifact_id, "artifact_id")  # NOT_FOUND now
+            return self.app.jobs.submit(tenant, IMPORT_KIND, p.model_dump(exclude_none=True),
+                                        request.idempotency_key)
         return pb.StartImportInteractionsJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
-    async def StartTrainingJob(self, request, context):
+    def _check_dataset(self, tenant: str, aid: str) -> None:
         from services.recommendation.data import DATASET_CONTENT_TYPE  # noqa: PLC0415
 
+        art = self.app.registry.get_artifact(tenant, aid, "dataset_artifact_id")
+        if art["content_type"] != DATASET_CONTENT_TYPE:
+            raise InvalidArgument("dataset_artifact_id", f"artifact {art['name']!r} is not a recommendation "
+                                  "dataset; import interactions first (StartImportInteractionsJob)")
+
+    async def StartTrainingJob(self, request, context):
         tenant = current_tenant()
         if not request.dataset_artifact_id:
             raise InvalidArgument("dataset_artifact_id", "required: the dataset an import job wrote")
-        aid = parse_uuid(request.dataset_artifact_id, "dataset_artifact_id")
-        name = check_model_name(request.model_name or self.config.default_model, "model_name")
-        params = await asyncio.to_thread(train_params, request)
-        params.update(dataset_artifact_id=aid, model_name=name)
+        p = train_params(request, self.config.default_model)
 
         def work():
-            art = self.app.registry.get_artifact(tenant, aid, "dataset_artifact_id")
-            if art["content_type"] != DATASET_CONTENT_TYPE:
-                raise InvalidArgument("dataset_artifact_id", f"artifact {art['name']!r} is not a recommendation "
-                                      "dataset; import interactions first (StartImportInteractionsJob)")
-            return self.app.jobs.submit(tenant, TRAIN_KIND, params, request.idempotency_key)
+            self._check_dataset(tenant, p.dataset_artifact_id)
+            return self.app.jobs.submit(tenant, TRAIN_KIND, p.model_dump(), request.idempotency_key)
         return pb.StartTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
+
+    async def StartSweepJob(self, request, context):
+        tenant = current_tenant()
+        if not request.dataset_artifact_id:
+            raise InvalidArgument("dataset_artifact_id", "required: the dataset an import job wrote")
+        p = sweep_params(request)
+
+        def work():
+            self._check_dataset(tenant, p.dataset_artifact_id)
+            return self.app.jobs.submit(tenant, SWEEP_KIND, p.model_dump(), request.idempotency_key)
+        return pb.StartSweepJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     # -- scoring
     async def _model(self, ref) -> Loaded:

@@ -6,9 +6,19 @@ is the first row after the CSV header (or the first Parquet row). That same 0-ba
 stable `record_id`, which the unlearning service uses to forget records.
 
 Dataset: item raw ids -> contiguous indices 1..N (index 0 is padding), users -> 0..U-1; per-user sequences ordered by
-(timestamp, record_id); users split ~8/1/1 (train/valid/test) with a seeded permutation; training samples are every
-next item of a training user (history = up to `max_history` previous items); a valid/test user contributes one sample,
-their last item given the items before it (leave-one-out next item).
+(timestamp, record_id) (a stable sort by time). The split protocol is data, recorded in the dataset:
+
+- `user_split` (DreamRec / PreferDiff): users split ~8/1/1 (train/valid/test) with a seeded permutation; training
+  samples come from training users only; a valid/test user contributes one sample, their last item given the items
+  before it.
+- `leave_one_out` (RecBole / SASRec): every user is in every split; per user, the last item is the test target, the
+  one before it the validation target, and every earlier next-item prediction (targets at positions 1..n-3) is a
+  training sample. On ml-100k: 943 test users and 97,171 training samples.
+
+Training samples are either every next item ("every_prefix", RecBole's way) or one per user ("last": the last
+training item given the items before it, the official PreferDiff trainer's way); histories are the up to
+`max_history` previous items. Evaluation samples also carry every item the user interacted with before the target
+(`seen`), so "masked" evaluation can exclude the full history, as RecBole's masking does.
 """
 from __future__ import annotations
 
@@ -36,6 +46,8 @@ DATASET_CONTENT_TYPE = "application/vnd.praxon.rec-dataset+safetensors"
 REQUIRED_COLUMNS = ("user", "item", "timestamp")
 _ALIASES = {"user_id": "user", "item_id": "item", "time": "timestamp"}
 SPLITS = {"train": 0, "valid": 1, "test": 2}
+PROTOCOLS = ("user_split", "leave_one_out")
+TRAIN_SAMPLES = ("every_prefix", "last")
 
 
 # ----------------------------------------------------------------------------------------------------- parsing
@@ -297,13 +309,14 @@ class Samples:
     target: torch.Tensor  # [M] int64
     user: torch.Tensor  # [M] int64
     target_record_id: torch.Tensor  # [M] int64
+    seen: torch.Tensor | None = None  # [M, S] int64: every item before the target (0-padded), for masked evaluation
 
     def __len__(self) -> int:
         return int(self.target.shape[0])
 
     def subset(self, idx: torch.Tensor) -> "Samples":
         return Samples(self.history[idx], self.lengths[idx], self.target[idx], self.user[idx],
-                       self.target_record_id[idx])
+                       self.target_record_id[idx], None if self.seen is None else self.seen[idx])
 
 
 @dataclass
@@ -315,10 +328,11 @@ class Dataset:
     inter_time: torch.Tensor  # [n] float64
     inter_rating: torch.Tensor  # [n] float32, NaN when absent
     record_id: torch.Tensor  # [n] int64, the original 0-based row index
-    user_split: torch.Tensor  # [U] int8: 0 train, 1 valid, 2 test
+    user_split: torch.Tensor  # [U] int8: 0 train, 1 valid, 2 test (user_split protocol; all 0 for leave_one_out)
     max_history: int = 10
     seed: int = 0
     source: str = "upload"
+    protocol: str = "user_split"
 
     @property
     def n_items(self) -> int:
@@ -332,23 +346,41 @@ class Dataset:
         counts = np.bincount(self.inter_user.numpy(), minlength=self.n_users)
         return np.concatenate([[0], np.cumsum(counts)])
 
-    def samples(self, split: str, max_history: int | None = None) -> Samples:
+    def _positions(self, code: int, n: int, u_split: int, train_samples: str) -> list[int]:
+        """0-based target positions of one user's length-n sequence in split `code`."""
+        if self.protocol == "leave_one_out":
+            if code == 2:
+                return [n - 1] if n >= 2 else []
+            if code == 1:
+                return [n - 2] if n >= 3 else []
+            last = n - 3
+            if last < 1:
+                return []
+            return list(range(1, last + 1)) if train_samples == "every_prefix" else [last]
+        if u_split != code or n < 2:
+            return []
+        if code == 0:
+            return list(range(1, n)) if train_samples == "every_prefix" else [n - 1]
+        return [n - 1]
+
+    def samples(self, split: str, max_history: int | None = None, *, train_samples: str = "every_prefix",
+                with_seen: bool = False) -> Samples:
+        """Next-item samples of one split under the dataset's protocol (see the module docstring)."""
         if split not in SPLITS:
             raise InvalidArgument("split", f"unknown split {split!r}")
+        if train_samples not in TRAIN_SAMPLES:
+            raise InvalidArgument("train_samples", f"one of {', '.join(TRAIN_SAMPLES)}")
         L = int(max_history or self.max_history)
         code = SPLITS[split]
         off = self._offsets()
         items = self.inter_item.numpy()
         recs = self.record_id.numpy()
         split_of = self.user_split.numpy()
-        hist, lens, tgt, usr, rid = [], [], [], [], []
-        for u in np.flatnonzero(split_of == code):
+        hist, lens, tgt, usr, rid, seen = [], [], [], [], [], []
+        for u in range(self.n_users):
             seq = items[off[u]:off[u + 1]]
             r = recs[off[u]:off[u + 1]]
-            if seq.size < 2:
-                continue
-            positions = range(1, seq.size) if code == 0 else [seq.size - 1]
-            for t in positions:
+            for t in self._positions(code, int(seq.size), int(split_of[u]), train_samples):
                 h = seq[max(0, t - L):t]
                 row = np.zeros(L, dtype=np.int64)
                 row[:h.size] = h
@@ -357,31 +389,57 @@ class Dataset:
                 tgt.append(seq[t])
                 usr.append(u)
                 rid.append(r[t])
+                if with_seen:
+                    seen.append(seq[:t])
         if not hist:
             return Samples(torch.zeros((0, L), dtype=torch.long), torch.zeros(0, dtype=torch.long),
                            torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                           torch.zeros(0, dtype=torch.long))
+                           torch.zeros(0, dtype=torch.long),
+                           torch.zeros((0, 1), dtype=torch.long) if with_seen else None)
+        seen_t = None
+        if with_seen:
+            width = max(1, max(x.size for x in seen))
+            seen_np = np.zeros((len(seen), width), dtype=np.int64)
+            for j, x in enumerate(seen):
+                seen_np[j, :x.size] = x
+            seen_t = torch.from_numpy(seen_np)
         return Samples(torch.from_numpy(np.stack(hist)), torch.tensor(lens, dtype=torch.long),
                        torch.tensor(tgt, dtype=torch.long), torch.tensor(usr, dtype=torch.long),
-                       torch.tensor(rid, dtype=torch.long))
+                       torch.tensor(rid, dtype=torch.long), seen_t)
 
     def popularity(self) -> torch.Tensor:
-        """[N + 1] float32 interaction counts over training users (index 0, padding, is 0)."""
+        """[N + 1] float32 interaction counts over the training interactions (index 0, padding, is 0): the training
+        users' sequences (user_split), or every sequence without its last two items (leave_one_out)."""
+        if self.protocol == "leave_one_out":
+            off = self._offsets()
+            counts = np.diff(off)
+            pos = np.arange(self.inter_item.numel()) - np.repeat(off[:-1], counts)
+            keep = torch.from_numpy(pos < np.repeat(counts - 2, counts))
+            return torch.bincount(self.inter_item[keep], minlength=self.n_items + 1).to(torch.float32)
         train_users = torch.from_numpy(np.flatnonzero(self.user_split.numpy() == 0))
         mask = torch.isin(self.inter_user, train_users)
         return torch.bincount(self.inter_item[mask], minlength=self.n_items + 1).to(torch.float32)
 
     def stats(self) -> dict:
-        split = self.user_split.numpy()
+        counts = np.diff(self._offsets())
+        if self.protocol == "leave_one_out":
+            n_train = int((counts >= 4).sum())
+            n_valid, n_test = int((counts >= 3).sum()), int((counts >= 2).sum())
+            n_samples = int(np.clip(counts - 3, 0, None).sum())
+        else:
+            split = self.user_split.numpy()
+            n_train, n_valid = int(((split == 0) & (counts >= 2)).sum()), int(((split == 1) & (counts >= 2)).sum())
+            n_test = int(((split == 2) & (counts >= 2)).sum())
+            n_samples = int(np.clip(counts[split == 0] - 1, 0, None).sum())
         return {"n_users": self.n_users, "n_items": self.n_items, "n_interactions": int(self.inter_item.numel()),
-                "n_train_users": int((split == 0).sum()), "n_valid_users": int((split == 1).sum()),
-                "n_test_users": int((split == 2).sum()), "max_history": self.max_history, "seed": self.seed,
-                "source": self.source}
+                "n_train_users": n_train, "n_valid_users": n_valid, "n_test_users": n_test,
+                "n_train_samples": n_samples, "max_history": self.max_history, "seed": self.seed,
+                "source": self.source, "protocol": self.protocol}
 
     # ---------------------------------------------------------------------------------------- serialisation
     def to_bytes(self) -> bytes:
         meta = {"format": DATASET_FORMAT, "item_ids": self.item_ids, "user_ids": self.user_ids,
-                "max_history": self.max_history, "seed": self.seed, "source": self.source}
+                "max_history": self.max_history, "seed": self.seed, "source": self.source, "protocol": self.protocol}
         tensors = {"inter_user": self.inter_user, "inter_item": self.inter_item, "inter_time": self.inter_time,
                    "inter_rating": self.inter_rating, "record_id": self.record_id, "user_split": self.user_split}
         return st_save({k: t.contiguous() for k, t in tensors.items()}, metadata={"praxon": json.dumps(meta)})
@@ -406,15 +464,19 @@ class Dataset:
             raise bad
         return cls(item_ids=list(meta["item_ids"]), user_ids=list(meta["user_ids"]),
                    max_history=int(meta["max_history"]), seed=int(meta["seed"]), source=str(meta["source"]),
-                   **{k: tensors[k] for k in needed})
+                   protocol=str(meta.get("protocol", "user_split")), **{k: tensors[k] for k in needed})
 
 
 def build_dataset(df: pd.DataFrame, *, seed: int = 0, max_history: int = 10,
-                  split: tuple[float, float, float] = (0.8, 0.1, 0.1), source: str = "upload") -> Dataset:
-    """Index ids, order each user's interactions by time and split users (seeded). `df` is what
-    read_interactions (or a loader) returns."""
+                  split: tuple[float, float, float] = (0.8, 0.1, 0.1), source: str = "upload",
+                  protocol: str = "user_split") -> Dataset:
+    """Index ids, order each user's interactions by time (stable: ties keep file order) and apply the split
+    protocol (user_split: a seeded 8/1/1 user permutation; leave_one_out: the last two items of every user).
+    `df` is what read_interactions (or a loader) returns."""
     if max_history < 1 or max_history > 200:
         raise InvalidArgument("max_history", "must be in 1..200")
+    if protocol not in PROTOCOLS:
+        raise InvalidArgument("protocol", f"one of {', '.join(PROTOCOLS)}")
     if len(split) != 3 or min(split) < 0 or not math.isclose(sum(split), 1.0, abs_tol=1e-6) or split[0] <= 0:
         raise InvalidArgument("split", "three non-negative fractions summing to 1, train > 0")
     item_ids = sorted(df["item"].unique().tolist(), key=_id_sort_key)
@@ -434,14 +496,15 @@ def build_dataset(df: pd.DataFrame, *, seed: int = 0, max_history: int = 10,
     n_valid = int(round(split[1] * eligible.size))
     n_test = int(round(split[2] * eligible.size))
     user_split = np.zeros(len(user_ids), dtype=np.int8)
-    user_split[perm[:n_valid]] = 1
-    user_split[perm[n_valid:n_valid + n_test]] = 2
+    if protocol == "user_split":
+        user_split[perm[:n_valid]] = 1
+        user_split[perm[n_valid:n_valid + n_test]] = 2
     return Dataset(item_ids=[str(x) for x in item_ids], user_ids=[str(x) for x in user_ids],
                    inter_user=torch.from_numpy(u[order].copy()), inter_item=torch.from_numpy(it[order].copy()),
                    inter_time=torch.from_numpy(t[order].copy()),
                    inter_rating=torch.from_numpy(rating[order].astype(np.float32)),
                    record_id=torch.from_numpy(rec[order].copy()), user_split=torch.from_numpy(user_split),
-                   max_history=max_history, seed=seed, source=source)
+                   max_history=max_history, seed=seed, source=source, protocol=protocol)
 
 
 def _id_sort_key(x: str) -> tuple[int, int, str]:

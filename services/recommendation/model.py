@@ -1,4 +1,4 @@
-"""PreferDiff (and DreamRec = PreferDiff with lam = 1), SASRec with full-catalogue cross-entropy, popularity.
+"""PreferDiff, DreamRec, SASRec and GRU4Rec with full-catalogue cross-entropy (RecBole's configuration), popularity.
 
 Follows /work/shared/algorithms/recommendation.md and the reference code (github lswhim/PreferDiff):
 - history encoder: the reference's SASRec (learned positions, causal self-attention, 1 layer / 2 heads); the condition h
@@ -12,8 +12,18 @@ Follows /work/shared/algorithms/recommendation.md and the reference code (github
 - loss: centroid negative e_bar = mean of the other in-batch targets; x+_t and e_bar_t at the same t with
   independent noise; cos_err(a, b) = mean over the batch of (cos(a, b) - 1)^2;
   L = -(1 - lam) log sigmoid(-gamma (L_pos - L_neg)) + lam L_pos.  (As in the reference, L_pos and L_neg are
-  batch means, so the preference term compares the two batch-level errors.)
+  batch means, so the preference term compares the two batch-level errors.) The formula lives in ONE place,
+  kernels.preferdiff_loss (Triton on CUDA, its torch reference elsewhere); this module calls it.
+- DreamRec (the baseline PreferDiff is measured against): the same network with DreamRec's own objective, the MSE
+  between x0 and the prediction (lam = 1, no negatives). With loss_type "cosine" and lam = 1 it is the paper's
+  cosine ablation (PreferDiff without the preference term).
 - ranking: score = x0_hat . E_items^T over the whole catalogue.
+
+SASRec-CE and GRU4Rec follow RecBole 1.2.1's models (sequential_recommender/sasrec.py, gru4rec.py) as documented:
+SASRec = item + position embeddings, LayerNorm(eps 1e-12), dropout, post-LN transformer layers (attention scaled by
+1/sqrt(head size), GELU feed-forward of width `inner`), N(0, 0.02) initialisation; GRU4Rec = embedding dropout, a
+bias-free GRU of hidden size `inner`, a dense layer back to the embedding size. Both score with the last position's
+output against the item embedding table and train with softmax cross-entropy over the whole catalogue.
 """
 from __future__ import annotations
 
@@ -24,7 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MODEL_KINDS = ("preferdiff", "dreamrec", "sasrec_ce", "popularity")
+from kernels.preferdiff_loss import preferdiff_loss as fused_preferdiff_loss
+from kernels.preferdiff_loss.reference import cos_err as cos_err
+
+MODEL_KINDS = ("preferdiff", "dreamrec", "sasrec_ce", "gru4rec", "popularity")
 
 
 @dataclass
@@ -35,6 +48,7 @@ class ModelConfig:
     max_history: int = 10
     heads: int = 2
     layers: int = 1
+    inner: int = 256  # SASRec (RecBole) feed-forward width / GRU4Rec hidden size
     dropout: float = 0.1
     emb_init_std: float = 1.0
     timesteps: int = 2000
@@ -57,23 +71,12 @@ class ModelConfig:
 
 
 # ------------------------------------------------------------------------------------------- loss pieces (spec)
-def cos_err(target: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
-    """mean over rows of (cos(target, pred) - 1)^2; 0 when every pair is parallel (same direction)."""
-    cos = (F.normalize(target, dim=-1) * F.normalize(pred, dim=-1)).sum(-1)
-    return ((cos - 1.0) ** 2).mean()
-
-
 def centroid_negatives(x0: torch.Tensor) -> torch.Tensor:
     """Row b: mean of the other rows (the other in-batch targets). Needs B >= 2."""
     b = x0.shape[0]
     if b < 2:
         raise ValueError("centroid negatives need a batch of at least 2")
     return (x0.sum(0, keepdim=True) - x0) / (b - 1)
-
-
-def preferdiff_loss(l_pos: torch.Tensor, l_neg: torch.Tensor, lam: float, gamma: float) -> torch.Tensor:
-    """-(1 - lam) log sigmoid(-gamma (L_pos - L_neg)) + lam L_pos."""
-    return -(1.0 - lam) * F.logsigmoid(-gamma * (l_pos - l_neg)) + lam * l_pos
 
 
 def guided_x0(cond: torch.Tensor, uncond: torch.Tensor, w: float) -> torch.Tensor:
@@ -105,10 +108,12 @@ def ddim_sample(x0_fn, shape: tuple[int, ...], alphas_cumprod: torch.Tensor, ste
     `x0_fn(x_t, t: LongTensor [B]) -> x0_hat`."""
     ts = ddim_timesteps(alphas_cumprod.numel(), steps)
     x = x_T if x_T is not None else torch.randn(shape, generator=generator, dtype=alphas_cumprod.dtype)
+    x = x.to(alphas_cumprod.device)
     for i, t in enumerate(ts):
         a_t = alphas_cumprod[t]
-        a_prev = alphas_cumprod[ts[i + 1]] if i + 1 < len(ts) else torch.ones((), dtype=a_t.dtype)
-        x0 = x0_fn(x, torch.full((shape[0],), t, dtype=torch.long))
+        a_prev = alphas_cumprod[ts[i + 1]] if i + 1 < len(ts) else torch.ones((), dtype=a_t.dtype,
+                                                                              device=a_t.device)
+        x0 = x0_fn(x, torch.full((shape[0],), t, dtype=torch.long, device=x.device))
         eps = (x - a_t.sqrt() * x0) / (1.0 - a_t).sqrt()
         x = a_prev.sqrt() * x0 + (1.0 - a_prev).sqrt() * eps
     return x
@@ -116,7 +121,8 @@ def ddim_sample(x0_fn, shape: tuple[int, ...], alphas_cumprod: torch.Tensor, ste
 
 def sinusoidal(t: torch.Tensor, dim: int) -> torch.Tensor:
     half = dim // 2
-    freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
+    freqs = torch.exp(torch.arange(half, dtype=torch.float32, device=t.device) *
+                      -(math.log(10000.0) / max(half - 1, 1)))
     ang = t.to(torch.float32)[:, None] * freqs[None, :]
     emb = torch.cat([ang.sin(), ang.cos()], dim=-1)
     return F.pad(emb, (0, dim - 2 * half))
@@ -229,24 +235,28 @@ class PreferDiff(nn.Module):
         b = target.shape[0]
         h = self.encoder(history, lengths)
         if null_mask is None:
-            null_mask = torch.rand(b) < cfg.p_null
+            null_mask = torch.rand(b, device=h.device) < cfg.p_null
         h = torch.where(null_mask.unsqueeze(-1), self.null.expand_as(h), h)
         x0_pos = self.encoder.item_emb(target)
-        if x0_neg is None:
+        if x0_neg is None and cfg.loss_type != "mse":
             x0_neg = centroid_negatives(x0_pos)
+        dev = x0_pos.device
         if t is None:
-            t = torch.randint(0, cfg.timesteps, (b,))
+            t = torch.randint(0, cfg.timesteps, (b,), device=dev)
         if noise_pos is None:
             noise_pos = torch.randn_like(x0_pos)
-        if noise_neg is None:
+        if noise_neg is None and cfg.loss_type != "mse":
             noise_neg = torch.randn_like(x0_pos)
         x_pos = self.q_sample(x0_pos, t, noise_pos)
+        if cfg.loss_type == "mse":  # DreamRec's objective: lam = 1, no negatives
+            pred = self.denoise(x_pos, h, t)
+            loss = F.mse_loss(pred, x0_pos)
+            return loss, {"loss": float(loss.detach()), "l_pos": float(loss.detach())}
         x_neg = self.q_sample(x0_neg, t, noise_neg)
         pred = self.denoise(torch.cat([x_pos, x_neg]), torch.cat([h, h]), torch.cat([t, t]))
-        err = cos_err if cfg.loss_type == "cosine" else F.mse_loss
-        l_pos = err(x0_pos, pred[:b])
-        l_neg = err(x0_neg, pred[b:])
-        loss = preferdiff_loss(l_pos, l_neg, cfg.lam, cfg.gamma)
+        loss, l_pos, l_neg = fused_preferdiff_loss(pred[:b].contiguous(), x0_pos.contiguous(),
+                                                   pred[b:].contiguous(), x0_neg.contiguous(), cfg.lam, cfg.gamma,
+                                                   return_terms=True)
         return loss, {"loss": float(loss.detach()), "l_pos": float(l_pos.detach()), "l_neg": float(l_neg.detach())}
 
     @torch.no_grad()
@@ -271,13 +281,79 @@ class PreferDiff(nn.Module):
         return self.sample(self.encoder(history, lengths), generator=generator)
 
 
-class SASRecCE(nn.Module):
-    """SASRec trained with softmax cross-entropy over the full catalogue; scores = h . E^T."""
+class RecBoleSASRecEncoder(nn.Module):
+    """SASRec as RecBole builds it (see the module docstring); returns the output at the last real position."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.dim
+        self.heads = cfg.heads
+        self.item_emb = nn.Embedding(cfg.n_items + 1, d, padding_idx=0)
+        self.pos_emb = nn.Embedding(cfg.max_history, d)
+        self.ln = nn.LayerNorm(d, eps=1e-12)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList()
+        for _ in range(cfg.layers):
+            self.layers.append(nn.ModuleDict({
+                "q": nn.Linear(d, d), "k": nn.Linear(d, d), "v": nn.Linear(d, d), "o": nn.Linear(d, d),
+                "ln1": nn.LayerNorm(d, eps=1e-12), "ff1": nn.Linear(d, cfg.inner), "ff2": nn.Linear(cfg.inner, d),
+                "ln2": nn.LayerNorm(d, eps=1e-12)}))
+        self.attn_drop = nn.Dropout(cfg.dropout)
+        std = cfg.emb_init_std or 0.02
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, std if isinstance(m, nn.Embedding) else 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, history: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        b, n = history.shape
+        d = self.item_emb.embedding_dim
+        hd = d // self.heads
+        x = self.drop(self.ln(self.item_emb(history) + self.pos_emb.weight[:n].unsqueeze(0)))
+        allowed = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()[None, None] & \
+            (history > 0)[:, None, None, :]
+        bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed, -10000.0)
+        for blk in self.layers:
+            q = blk["q"](x).view(b, n, self.heads, hd).transpose(1, 2)
+            k = blk["k"](x).view(b, n, self.heads, hd).transpose(1, 2)
+            v = blk["v"](x).view(b, n, self.heads, hd).transpose(1, 2)
+            att = self.attn_drop(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + bias, dim=-1))
+            ctx = (att @ v).transpose(1, 2).reshape(b, n, d)
+            x = blk["ln1"](self.drop(blk["o"](ctx)) + x)
+            x = blk["ln2"](self.drop(blk["ff2"](F.gelu(blk["ff1"](x)))) + x)
+        idx = (lengths.clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, d)
+        return x.gather(1, idx).squeeze(1)
+
+
+class GRU4RecEncoder(nn.Module):
+    """GRU4Rec as RecBole builds it: embedding dropout, bias-free GRU (hidden `inner`), dense back to `dim`."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.dim, padding_idx=0)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.gru = nn.GRU(cfg.dim, cfg.inner, num_layers=cfg.layers, bias=False, batch_first=True)
+        self.dense = nn.Linear(cfg.inner, cfg.dim)
+        nn.init.xavier_normal_(self.item_emb.weight)
+        for name, p in self.gru.named_parameters():
+            if name.startswith("weight"):
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, history: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(self.drop(self.item_emb(history)))
+        out = self.dense(out)
+        idx = (lengths.clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, out.shape[-1])
+        return out.gather(1, idx).squeeze(1)
+
+
+class CrossEntropyRecommender(nn.Module):
+    """A sequence encoder trained with softmax cross-entropy over the full catalogue; scores = h . E^T."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.encoder = SequenceEncoder(cfg)
+        self.encoder = GRU4RecEncoder(cfg) if cfg.kind == "gru4rec" else RecBoleSASRecEncoder(cfg)
 
     def item_table(self) -> torch.Tensor:
         return self.encoder.item_emb.weight[1:]
@@ -294,9 +370,12 @@ class SASRecCE(nn.Module):
         return self.encoder(history, lengths)
 
 
+SASRecCE = CrossEntropyRecommender
+
+
 def build_model(cfg: ModelConfig) -> nn.Module:
     if cfg.kind in ("preferdiff", "dreamrec"):
         return PreferDiff(cfg)
-    if cfg.kind == "sasrec_ce":
-        return SASRecCE(cfg)
+    if cfg.kind in ("sasrec_ce", "gru4rec"):
+        return CrossEntropyRecommender(cfg)
     raise ValueError(f"no network for kind {cfg.kind!r}")

@@ -16,7 +16,7 @@ from services.common import serving
 from services.recommendation.settings import ServingConfig
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.serving import parse_model_ref as parse_model_ref  # re-exported for the CLI
-from services.recommendation.jobs import REGISTRY_KIND, Recommender, load_recommender
+from services.recommendation.recommender import REGISTRY_KIND, Recommender, load_recommender
 
 MAX_ID_CHARS = 256
 

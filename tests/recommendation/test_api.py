@@ -72,7 +72,7 @@ class Env:
 
     def local(self, name: str, version: int):
         """The registered version loaded in this process: the domain Recommender, and the dataset it was trained on."""
-        from services.recommendation.jobs import load_recommender
+        from services.recommendation.recommender import load_recommender
 
         reg = self.server.app.registry
         row = reg.resolve(self.tenant_id, name, version)

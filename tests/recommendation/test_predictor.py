@@ -11,7 +11,7 @@ import torch
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferInput, InferRequest
 
-from services.recommendation.jobs import MODEL_FORMAT, REGISTRY_KIND, load_recommender
+from services.recommendation.recommender import MODEL_FORMAT, REGISTRY_KIND, load_recommender
 from services.recommendation.model import ModelConfig, build_model
 from services.recommendation.predictor import RecommendationPredictor
 from services.recommendation.serving import Batcher, build_loaded, rows_from

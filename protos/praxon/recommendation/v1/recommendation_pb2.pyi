@@ -22,6 +22,12 @@ class BuiltinDataset(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BUILTIN_DATASET_ML_100K: _ClassVar[BuiltinDataset]
     BUILTIN_DATASET_SYNTHETIC: _ClassVar[BuiltinDataset]
 
+class SplitProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPLIT_PROTOCOL_UNSPECIFIED: _ClassVar[SplitProtocol]
+    SPLIT_PROTOCOL_USER_SPLIT: _ClassVar[SplitProtocol]
+    SPLIT_PROTOCOL_LEAVE_ONE_OUT: _ClassVar[SplitProtocol]
+
 class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MODEL_KIND_UNSPECIFIED: _ClassVar[ModelKind]
@@ -29,6 +35,7 @@ class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_KIND_DREAMREC: _ClassVar[ModelKind]
     MODEL_KIND_SASREC_CE: _ClassVar[ModelKind]
     MODEL_KIND_POPULARITY: _ClassVar[ModelKind]
+    MODEL_KIND_GRU4REC: _ClassVar[ModelKind]
 
 class ScoredBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -44,11 +51,15 @@ DATA_FORMAT_PARQUET: DataFormat
 BUILTIN_DATASET_UNSPECIFIED: BuiltinDataset
 BUILTIN_DATASET_ML_100K: BuiltinDataset
 BUILTIN_DATASET_SYNTHETIC: BuiltinDataset
+SPLIT_PROTOCOL_UNSPECIFIED: SplitProtocol
+SPLIT_PROTOCOL_USER_SPLIT: SplitProtocol
+SPLIT_PROTOCOL_LEAVE_ONE_OUT: SplitProtocol
 MODEL_KIND_UNSPECIFIED: ModelKind
 MODEL_KIND_PREFERDIFF: ModelKind
 MODEL_KIND_DREAMREC: ModelKind
 MODEL_KIND_SASREC_CE: ModelKind
 MODEL_KIND_POPULARITY: ModelKind
+MODEL_KIND_GRU4REC: ModelKind
 SCORED_BY_UNSPECIFIED: ScoredBy
 SCORED_BY_MODEL: ScoredBy
 SCORED_BY_POPULARITY_EMPTY_HISTORY: ScoredBy
@@ -76,7 +87,7 @@ class SyntheticOptions(_message.Message):
     def __init__(self, n_users: _Optional[int] = ..., n_items: _Optional[int] = ..., n_clusters: _Optional[int] = ..., successors: _Optional[int] = ..., min_len: _Optional[int] = ..., max_len: _Optional[int] = ..., noise: _Optional[float] = ..., synthetic_seed: _Optional[int] = ...) -> None: ...
 
 class StartImportInteractionsJobRequest(_message.Message):
-    __slots__ = ("artifact_id", "builtin", "format", "name", "seed", "max_history", "synthetic", "idempotency_key")
+    __slots__ = ("artifact_id", "builtin", "format", "name", "seed", "max_history", "synthetic", "idempotency_key", "protocol")
     ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     BUILTIN_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +96,7 @@ class StartImportInteractionsJobRequest(_message.Message):
     MAX_HISTORY_FIELD_NUMBER: _ClassVar[int]
     SYNTHETIC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     artifact_id: str
     builtin: BuiltinDataset
     format: DataFormat
@@ -93,7 +105,8 @@ class StartImportInteractionsJobRequest(_message.Message):
     max_history: int
     synthetic: SyntheticOptions
     idempotency_key: str
-    def __init__(self, artifact_id: _Optional[str] = ..., builtin: _Optional[_Union[BuiltinDataset, str]] = ..., format: _Optional[_Union[DataFormat, str]] = ..., name: _Optional[str] = ..., seed: _Optional[int] = ..., max_history: _Optional[int] = ..., synthetic: _Optional[_Union[SyntheticOptions, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    protocol: SplitProtocol
+    def __init__(self, artifact_id: _Optional[str] = ..., builtin: _Optional[_Union[BuiltinDataset, str]] = ..., format: _Optional[_Union[DataFormat, str]] = ..., name: _Optional[str] = ..., seed: _Optional[int] = ..., max_history: _Optional[int] = ..., synthetic: _Optional[_Union[SyntheticOptions, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., protocol: _Optional[_Union[SplitProtocol, str]] = ...) -> None: ...
 
 class StartImportInteractionsJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -102,7 +115,7 @@ class StartImportInteractionsJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class TrainingParams(_message.Message):
-    __slots__ = ("epochs", "batch_size", "lr", "weight_decay", "dim", "heads", "layers", "dropout", "lam", "gamma", "guidance_w", "p_null", "timesteps", "sample_steps", "patience", "seed", "max_history", "exclude_history")
+    __slots__ = ("epochs", "batch_size", "lr", "weight_decay", "dim", "heads", "layers", "dropout", "lam", "gamma", "guidance_w", "p_null", "timesteps", "sample_steps", "patience", "seed", "max_history", "train_samples", "loss_type", "early_stop_metric", "optimizer", "device", "inner")
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LR_FIELD_NUMBER: _ClassVar[int]
@@ -120,7 +133,12 @@ class TrainingParams(_message.Message):
     PATIENCE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_HISTORY_FIELD_NUMBER: _ClassVar[int]
-    EXCLUDE_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    LOSS_TYPE_FIELD_NUMBER: _ClassVar[int]
+    EARLY_STOP_METRIC_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    INNER_FIELD_NUMBER: _ClassVar[int]
     epochs: int
     batch_size: int
     lr: float
@@ -138,8 +156,13 @@ class TrainingParams(_message.Message):
     patience: int
     seed: int
     max_history: int
-    exclude_history: bool
-    def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dim: _Optional[int] = ..., heads: _Optional[int] = ..., layers: _Optional[int] = ..., dropout: _Optional[float] = ..., lam: _Optional[float] = ..., gamma: _Optional[float] = ..., guidance_w: _Optional[float] = ..., p_null: _Optional[float] = ..., timesteps: _Optional[int] = ..., sample_steps: _Optional[int] = ..., patience: _Optional[int] = ..., seed: _Optional[int] = ..., max_history: _Optional[int] = ..., exclude_history: _Optional[bool] = ...) -> None: ...
+    train_samples: str
+    loss_type: str
+    early_stop_metric: str
+    optimizer: str
+    device: str
+    inner: int
+    def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dim: _Optional[int] = ..., heads: _Optional[int] = ..., layers: _Optional[int] = ..., dropout: _Optional[float] = ..., lam: _Optional[float] = ..., gamma: _Optional[float] = ..., guidance_w: _Optional[float] = ..., p_null: _Optional[float] = ..., timesteps: _Optional[int] = ..., sample_steps: _Optional[int] = ..., patience: _Optional[int] = ..., seed: _Optional[int] = ..., max_history: _Optional[int] = ..., train_samples: _Optional[str] = ..., loss_type: _Optional[str] = ..., early_stop_metric: _Optional[str] = ..., optimizer: _Optional[str] = ..., device: _Optional[str] = ..., inner: _Optional[int] = ...) -> None: ...
 
 class StartTrainingJobRequest(_message.Message):
     __slots__ = ("dataset_artifact_id", "model_kind", "model_name", "params", "extra_params", "idempotency_key")
@@ -158,6 +181,40 @@ class StartTrainingJobRequest(_message.Message):
     def __init__(self, dataset_artifact_id: _Optional[str] = ..., model_kind: _Optional[_Union[ModelKind, str]] = ..., model_name: _Optional[str] = ..., params: _Optional[_Union[TrainingParams, _Mapping]] = ..., extra_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class StartTrainingJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class SweepAxis(_message.Message):
+    __slots__ = ("name", "values", "text_values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    TEXT_VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    values: _containers.RepeatedScalarFieldContainer[float]
+    text_values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., text_values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StartSweepJobRequest(_message.Message):
+    __slots__ = ("dataset_artifact_id", "model_kind", "params", "extra_params", "grid", "metric", "idempotency_key")
+    DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_KIND_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    dataset_artifact_id: str
+    model_kind: ModelKind
+    params: TrainingParams
+    extra_params: _struct_pb2.Struct
+    grid: _containers.RepeatedCompositeFieldContainer[SweepAxis]
+    metric: str
+    idempotency_key: str
+    def __init__(self, dataset_artifact_id: _Optional[str] = ..., model_kind: _Optional[_Union[ModelKind, str]] = ..., params: _Optional[_Union[TrainingParams, _Mapping]] = ..., extra_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., grid: _Optional[_Iterable[_Union[SweepAxis, _Mapping]]] = ..., metric: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartSweepJobResponse(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job

@@ -47,6 +47,11 @@ class RecommendationServiceStub:
                 request_serializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartTrainingJobRequest.SerializeToString,
                 response_deserializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartTrainingJobResponse.FromString,
                 _registered_method=True)
+        self.StartSweepJob = channel.unary_unary(
+                '/praxon.recommendation.v1.RecommendationService/StartSweepJob',
+                request_serializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartSweepJobRequest.SerializeToString,
+                response_deserializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartSweepJobResponse.FromString,
+                _registered_method=True)
         self.Recommend = channel.unary_unary(
                 '/praxon.recommendation.v1.RecommendationService/Recommend',
                 request_serializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.RecommendRequest.SerializeToString,
@@ -83,6 +88,15 @@ class RecommendationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartSweepJob(self, request, context):
+        """Starts a hyper-parameter sweep: one training run per point of a grid (e.g. dims x lambda x w x lr) on one
+        dataset, each point a checkpointed step of the sweep job; the job's result is the table of validation and test
+        metrics per point and the point that is best on validation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Recommend(self, request, context):
         """Top-k items for one history (oldest item first), with their scores.
         """
@@ -109,6 +123,11 @@ def add_RecommendationServiceServicer_to_server(servicer, server):
                     servicer.StartTrainingJob,
                     request_deserializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartTrainingJobRequest.FromString,
                     response_serializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartTrainingJobResponse.SerializeToString,
+            ),
+            'StartSweepJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartSweepJob,
+                    request_deserializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartSweepJobRequest.FromString,
+                    response_serializer=praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartSweepJobResponse.SerializeToString,
             ),
             'Recommend': grpc.unary_unary_rpc_method_handler(
                     servicer.Recommend,
@@ -178,6 +197,33 @@ class RecommendationService:
             '/praxon.recommendation.v1.RecommendationService/StartTrainingJob',
             praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartTrainingJobRequest.SerializeToString,
             praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartTrainingJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartSweepJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.recommendation.v1.RecommendationService/StartSweepJob',
+            praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartSweepJobRequest.SerializeToString,
+            praxon_dot_recommendation_dot_v1_dot_recommendation__pb2.StartSweepJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
