@@ -66,7 +66,7 @@ class Steps(Protocol):
     """A long job as a small protocol (torchtune's recipe interface, without inheritance); `run_steps` owns resume,
     cancellation, checkpoints and progress, the job supplies only its work:
 
-    total               how many steps the job takes (known after setup)
+    total               how many steps the job takes (known after setup; a step may lower it: early stopping)
     setup(ctx)          build what the steps need (data, model, optimiser); cheap enough to redo on a resume
     step(i)             do step i (0-based); return scalar metrics for the progress event (or None)
     state() / load_state(state)
@@ -102,11 +102,12 @@ def run_steps(ctx: JobContext, job: Steps, *, checkpoint_every: int = 1,
         job.load_state(saved["state"])
         start = int(saved["done"])
     lo, hi = progress_span
-    total = max(int(job.total), 0)
-    for i in range(start, total):
+    i = start
+    while i < max(int(job.total), 0):  # re-read: a step may shorten `total` (e.g. early stopping)
         ctx.check_cancelled()
         metrics = job.step(i) or {}
-        done = i + 1
+        i = done = i + 1
+        total = max(int(job.total), 0)
         if done % checkpoint_every == 0 or done == total:
             ctx.save_checkpoint({"protocol": "steps", "kind": ctx.kind, "done": done, "state": job.state()})
         ctx.progress(lo + (hi - lo) * done / max(total, 1), message(done, total),
