@@ -58,13 +58,48 @@ def cmd_migrate(args) -> None:
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
 
 
+def _ttl(args) -> float | None:
+    return None if not args.ttl_days else args.ttl_days * 86400.0
+
+
 def cmd_token_create(args) -> None:
     from services.common import db  # noqa: PLC0415
 
     settings = _settings(args.data_dir)
     with db.connect(settings) as conn:
-        tenant_id, token = db.create_token(conn, args.tenant, args.name)
+        tenant_id, token = db.create_token(conn, args.tenant, args.name, ttl_seconds=_ttl(args))
     print(json.dumps({"tenant": args.tenant, "tenant_id": tenant_id, "token": token}))
+
+
+def cmd_token_list(args) -> None:
+    from services.common import db  # noqa: PLC0415
+
+    with db.connect(_settings(args.data_dir)) as conn:
+        rows = db.list_tokens(conn, args.tenant)
+    for r in rows:
+        def when(t):
+            return t.isoformat(timespec="seconds") if t else "-"
+        state = "revoked" if r["revoked_at"] else "live"
+        print(f"{r['id']}  {r['name'] or '-':20} {state:8} created={when(r['created_at'])} "
+              f"expires={when(r['expires_at'])} last_used={when(r['last_used_at'])}")
+
+
+def cmd_token_revoke(args) -> None:
+    from services.common import db  # noqa: PLC0415
+
+    if (args.id is None) == (args.name is None):
+        raise SystemExit("error: give --id or --name")
+    with db.connect(_settings(args.data_dir)) as conn:
+        n = db.revoke_tokens(conn, args.tenant, token_id=args.id, token_name=args.name)
+    print(f"revoked {n} token(s); servers stop accepting them within their auth cache period")
+
+
+def cmd_token_rotate(args) -> None:
+    from services.common import db  # noqa: PLC0415
+
+    with db.connect(_settings(args.data_dir)) as conn:
+        tenant_id, token, revoked = db.rotate_token(conn, args.tenant, args.name, ttl_seconds=_ttl(args))
+    print(json.dumps({"tenant": args.tenant, "tenant_id": tenant_id, "token": token, "revoked": revoked}))
 
 
 def cmd_up(args) -> None:
@@ -126,12 +161,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("token", help="API tokens")
     tsub = sp.add_subparsers(dest="action", required=True)
-    tp = tsub.add_parser("create", help="create a token for a tenant (created if new); prints it once")
-    tp.add_argument("--tenant", required=True)
-    tp.add_argument("--name", default="")
-    tp.add_argument("--data-dir", default=".praxon", help="use the database of `praxon up` running there "
-                    "(unless PRAXON_DATABASE_URL is set)")
-    tp.set_defaults(func=cmd_token_create)
+    for action, func, help_text in (
+            ("create", cmd_token_create, "create a token for a tenant (created if new); prints it once"),
+            ("list", cmd_token_list, "a tenant's tokens: name, state, created, expires, last used (no secrets)"),
+            ("revoke", cmd_token_revoke, "revoke a token by --id, or every live token with --name"),
+            ("rotate", cmd_token_rotate, "a new token under --name; the older ones of that name are revoked")):
+        tp = tsub.add_parser(action, help=help_text)
+        tp.add_argument("--tenant", required=True)
+        tp.add_argument("--name", default="" if action == "create" else None, required=action == "rotate")
+        if action in ("create", "rotate"):
+            tp.add_argument("--ttl-days", type=float, default=0, help="expire after this many days (0: never)")
+        if action == "revoke":
+            tp.add_argument("--id", help="the token's id (from `praxon token list`)")
+        tp.add_argument("--data-dir", default=".praxon", help="use the database of `praxon up` running there "
+                        "(unless PRAXON_DATABASE_URL is set)")
+        tp.set_defaults(func=func)
 
     for spec in catalog.SPECS:
         if spec.cli:

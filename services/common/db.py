@@ -84,26 +84,53 @@ def hash_token(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-def create_token(conn: psycopg.Connection, tenant_name: str, token_name: str = "") -> tuple[str, str]:
-    """Create the tenant if needed and a new API token for it; returns (tenant_id, token).
-    Only the token's hash is stored."""
+def create_token(conn: psycopg.Connection, tenant_name: str, token_name: str = "",
+                 ttl_seconds: float | None = None) -> tuple[str, str]:
+    """Create the tenant if needed and a new API token for it (expiring after ttl_seconds, if given); returns
+    (tenant_id, token). Only the token's hash is stored."""
     row = conn.execute("INSERT INTO tenants (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name "
                        "RETURNING id", (tenant_name,)).fetchone()
     token = "prx_" + secrets.token_urlsafe(32)
-    conn.execute("INSERT INTO api_tokens (tenant_id, token_sha256, name) VALUES (%s, %s, %s)",
-                 (row["id"], hash_token(token), token_name))
+    conn.execute("INSERT INTO api_tokens (tenant_id, token_sha256, name, expires_at) VALUES (%s, %s, %s, "
+                 "now() + make_interval(secs => %s))", (row["id"], hash_token(token), token_name, ttl_seconds))
     return str(row["id"]), token
 
 
-def tenant_for_token(conn: psycopg.Connection, token: str) -> str | None:
-    row = conn.execute("SELECT tenant_id FROM api_tokens WHERE token_sha256 = %s AND revoked_at IS NULL",
-                       (hash_token(token),)).fetchone()
-    return None if row is None else str(row["tenant_id"])
-
-
 def token_identity(conn: psycopg.Connection, token: str) -> dict | None:
-    """{"tenant_id", "token_id", "token_name"} of a live token, or None."""
-    row = conn.execute("SELECT tenant_id, id, name FROM api_tokens WHERE token_sha256 = %s AND revoked_at IS NULL",
+    """{"tenant_id", "token_id", "token_name"} of a live token (not revoked, not expired), or None; records the
+    use (the auth interceptor calls this at most once per cache period per token)."""
+    row = conn.execute("UPDATE api_tokens SET last_used_at = now() WHERE token_sha256 = %s AND revoked_at IS NULL "
+                       "AND (expires_at IS NULL OR expires_at > now()) RETURNING tenant_id, id, name",
                        (hash_token(token),)).fetchone()
     return None if row is None else {"tenant_id": str(row["tenant_id"]), "token_id": str(row["id"]),
                                      "token_name": row["name"]}
+
+
+def list_tokens(conn: psycopg.Connection, tenant_name: str) -> list[dict]:
+    """A tenant's tokens (never the secrets): id, name, created, expires, last used, revoked."""
+    return list(conn.execute(
+        "SELECT t.id, t.name, t.created_at, t.expires_at, t.last_used_at, t.revoked_at FROM api_tokens t "
+        "JOIN tenants n ON n.id = t.tenant_id WHERE n.name = %s ORDER BY t.created_at", (tenant_name,)).fetchall())
+
+
+def revoke_tokens(conn: psycopg.Connection, tenant_name: str, *, token_id: str | None = None,
+                  token_name: str | None = None) -> int:
+    """Revoke a tenant's token by id, or every live token with a name; returns how many. Servers stop accepting
+    them within their auth cache period (PRAXON_GRPC__AUTH_CACHE_SECONDS)."""
+    if (token_id is None) == (token_name is None):
+        raise ValueError("give token_id or token_name")
+    where, arg = ("t.id = %s::uuid", token_id) if token_id is not None else ("t.name = %s", token_name)
+    rows = conn.execute(
+        f"UPDATE api_tokens t SET revoked_at = now() FROM tenants n WHERE n.id = t.tenant_id AND n.name = %s "
+        f"AND {where} AND t.revoked_at IS NULL RETURNING t.id", (tenant_name, arg)).fetchall()
+    return len(rows)
+
+
+def rotate_token(conn: psycopg.Connection, tenant_name: str, token_name: str,
+                 ttl_seconds: float | None = None) -> tuple[str, str, int]:
+    """A new token under `token_name`, and every older live token of that name revoked, in one transaction:
+    (tenant_id, new token, how many were revoked)."""
+    with conn.transaction():
+        revoked = revoke_tokens(conn, tenant_name, token_name=token_name)
+        tenant_id, token = create_token(conn, tenant_name, token_name, ttl_seconds=ttl_seconds)
+    return tenant_id, token, revoked

@@ -506,8 +506,8 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     transport_max = 4 * g.max_message_bytes
     server = grpc.aio.server(
         interceptors=[RequestIdInterceptor(), MetricsInterceptor(metrics_registry), ErrorInterceptor(),
-                      AuthInterceptor(app.pool, limits=TokenBuckets(g.requests_per_second_per_token,
-                                                                    g.request_burst_per_token)),
+                      AuthInterceptor(app.pool, cache_seconds=g.auth_cache_seconds,
+                                      limits=TokenBuckets(g.requests_per_second_per_token, g.request_burst_per_token)),
                       LimitsInterceptor(g.max_message_bytes, g.default_deadline_seconds)],
         options=[("grpc.max_receive_message_length", transport_max),
                  ("grpc.max_send_message_length", transport_max),

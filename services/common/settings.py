@@ -28,6 +28,8 @@ class GrpcSettings(BaseModel):
     # Per API token: sustained calls per second and the burst above it (token bucket); 0 = unlimited.
     requests_per_second_per_token: float = Field(200.0, ge=0)
     request_burst_per_token: int = Field(400, ge=1)
+    # A revoked or expired token stops working within this long (each server caches token lookups).
+    auth_cache_seconds: float = Field(30.0, ge=0)
 
 
 class JobSettings(BaseModel):
