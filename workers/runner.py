@@ -1,5 +1,7 @@
 """Runs one job exactly once in effect: claim the row, hold a lease by heartbeat, give the job a context
-(progress, cancellation, checkpoints, artifacts, models), and finish it in one transaction."""
+(progress, cancellation, checkpoints, artifacts, models), and finish it in one transaction. A thin wrapper over
+JobStore (services/common/jobs.py), which holds every statement on the job row; here: the retries around them,
+the heartbeat thread, and what each outcome of the job function means for the row."""
 from __future__ import annotations
 
 import logging
@@ -8,27 +10,25 @@ import socket
 import threading
 import traceback
 import uuid
-from typing import Any, Callable
-
-import torch
-from psycopg.types.json import Jsonb
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable
 
 from services.common.db import TRANSIENT_DB_ERRORS
 from services.common.errors import Cancelled, PraxonError
 from services.common.jobcontext import ModelVersionInfo
 from services.common.jobkinds import JOB_KINDS
 from services.common.spec import resolve
-from services.common.jobs import add_event
+from services.common.jobs import LeaseLost
 from services.common.state import dumps_state, loads_state
 from services.common.store import TRANSIENT_STORE_ERRORS, retry
 from workers.runtime import Runtime
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 TRANSIENT = TRANSIENT_DB_ERRORS + TRANSIENT_STORE_ERRORS
-
-
-class LeaseLost(Exception):
-    """Another worker (via the reaper) owns the job now; this run must stop without writing."""
+__all__ = ["TRANSIENT", "LeaseLost", "WorkerJobContext", "run_job"]  # LeaseLost re-exported from jobs
 
 
 def _db_retry(fn: Callable[[], Any], what: str) -> Any:
@@ -55,40 +55,37 @@ class WorkerJobContext:
 
     # -- lease --
     def renew_lease(self) -> None:
-        def renew() -> dict | None:
-            with self.rt.pool.connection() as conn:
-                return conn.execute(
-                    "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %s) "
-                    "WHERE id = %s AND lease_owner = %s AND state = 'RUNNING' RETURNING cancel_requested",
-                    (self.rt.settings.jobs.lease_seconds, self.job_id, self.owner)).fetchone()
-        row = _db_retry(renew, "renew lease")
-        if row is None:
+        cancel = _db_retry(lambda: self.rt.jobs.renew(self.job_id, self.owner, self.rt.settings.jobs.lease_seconds),
+                           "renew lease")
+        if cancel is None:
             self.lease_lost = True
         else:
-            self.cancel_requested = bool(row["cancel_requested"])
+            self.cancel_requested = cancel
 
-    def _owned(self, conn) -> dict:
-        """Lock the job row and check this run still owns it."""
-        row = conn.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (self.job_id,)).fetchone()
-        if row is None or row["lease_owner"] != self.owner or row["state"] != "RUNNING":
+    @contextmanager
+    def _owned(self):
+        """A transaction on the job row while this run still owns it (else LeaseLost, remembered)."""
+        try:
+            with self.rt.jobs.owned(self.job_id, self.owner) as (conn, _):
+                yield conn
+        except LeaseLost:
             self.lease_lost = True
-            raise LeaseLost(self.job_id)
-        return row
+            raise
 
     # -- JobContext --
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         fraction = min(1.0, max(0.0, float(fraction)))
         clean = {k: float(v) for k, v in metrics.items()}
-
-        def write() -> None:
-            with self.rt.pool.connection() as conn:
-                row = self._owned(conn)
-                conn.execute("UPDATE jobs SET progress = %s, message = %s WHERE id = %s",
-                             (fraction, message, self.job_id))
-                add_event(conn, self.job_id, "RUNNING", fraction, message, clean)
-                self.cancel_requested = bool(row["cancel_requested"])
-        _db_retry(write, "progress")
+        self.cancel_requested = self._write(lambda: self.rt.jobs.progress(self.job_id, self.owner, fraction, message,
+                                                                          clean), "progress")
         self.last_progress = fraction
+
+    def _write(self, fn: Callable[[], Any], what: str) -> Any:
+        try:
+            return _db_retry(fn, what)
+        except LeaseLost:
+            self.lease_lost = True
+            raise
 
     def check_cancelled(self) -> None:
         if self.lease_lost:
@@ -100,21 +97,11 @@ class WorkerJobContext:
         self.check_cancelled()
         blob = dumps_state(state)
         key, digest = self.rt.store.put_blob(self.tenant_id, blob, "application/vnd.safetensors")
-
-        def write() -> None:
-            with self.rt.pool.connection() as conn:
-                self._owned(conn)
-                conn.execute("UPDATE jobs SET checkpoint_key = %s, checkpoint_sha256 = %s WHERE id = %s",
-                             (key, digest, self.job_id))
-        _db_retry(write, "save checkpoint")
+        self._write(lambda: self.rt.jobs.set_checkpoint(self.job_id, self.owner, key, digest), "save checkpoint")
 
     def load_checkpoint(self) -> Any | None:
-        with self.rt.pool.connection() as conn:
-            row = conn.execute("SELECT checkpoint_key, checkpoint_sha256 FROM jobs WHERE id = %s",
-                               (self.job_id,)).fetchone()
-        if not row or not row["checkpoint_key"]:
-            return None
-        return loads_state(self.rt.store.get_bytes(row["checkpoint_key"], row["checkpoint_sha256"]))
+        found = self.rt.jobs.checkpoint(self.job_id)
+        return None if found is None else loads_state(self.rt.store.get_bytes(*found))
 
     def read_artifact(self, artifact_id: str) -> bytes:
         return self.rt.registry.read_artifact(self.tenant_id, artifact_id, job_id=self.job_id)
@@ -122,8 +109,7 @@ class WorkerJobContext:
     def write_artifact(self, name: str, data: bytes, content_type: str,
                        metadata: dict[str, Any] | None = None) -> str:
         def write() -> str:
-            with self.rt.pool.connection() as conn:
-                self._owned(conn)
+            with self._owned() as conn:
                 return str(self.rt.registry.put_artifact(conn, self.tenant_id, name, data, content_type,
                                                          metadata=metadata, job_id=self.job_id)["id"])
         return _db_retry(write, "write artifact")
@@ -133,8 +119,7 @@ class WorkerJobContext:
                        dataset_artifact_id: str | None = None,
                        parent_version_ids: list[str] | None = None) -> ModelVersionInfo:
         def write() -> ModelVersionInfo:
-            with self.rt.pool.connection() as conn:
-                self._owned(conn)
+            with self._owned() as conn:
                 row = self.rt.registry.stage_model(conn, self.tenant_id, self.job_id, name, tensors, kind=kind,
                                                    config=config, metrics=metrics,
                                                    dataset_artifact_id=dataset_artifact_id,
@@ -151,8 +136,7 @@ class WorkerJobContext:
 
     def forget_records(self, dataset_artifact_id: str, record_ids: list[str]) -> None:
         def write() -> None:
-            with self.rt.pool.connection() as conn:
-                self._owned(conn)
+            with self._owned() as conn:
                 self.rt.registry.stage_tombstones(conn, self.tenant_id, self.job_id, dataset_artifact_id,
                                                   [str(r) for r in record_ids])
         _db_retry(write, "forget records")
@@ -173,58 +157,18 @@ class Heartbeat(threading.Thread):
                 return
 
 
-def claim(rt: Runtime, job_id: str, owner: str) -> dict | None:
-    """QUEUED -> RUNNING for this owner, or None if another delivery got it / it ended / was cancelled."""
-    with rt.pool.connection() as conn:
-        job = conn.execute(
-            "UPDATE jobs SET state = 'RUNNING', lease_owner = %s, "
-            "lease_expires_at = now() + make_interval(secs => %s), attempts = attempts + 1, "
-            "started_at = coalesce(started_at, now()) "
-            "WHERE id = %s AND state = 'QUEUED' AND NOT cancel_requested RETURNING *",
-            (owner, rt.settings.jobs.lease_seconds, job_id)).fetchone()
-        if job is not None:
-            resumed = job["checkpoint_key"] is not None
-            add_event(conn, job_id, "RUNNING", job["progress"],
-                      f"started (attempt {job['attempts']}{', resuming from checkpoint' if resumed else ''})")
-        return job
-
-
 def _finish(rt: Runtime, ctx: WorkerJobContext, state: str, *, result: dict | None = None,
             reason: str | None = None, message: str = "") -> None:
-    def write() -> None:
-        with rt.pool.connection() as conn:
-            ctx._owned(conn)
-            if state == "SUCCEEDED":
-                rt.registry.commit_job_outputs(conn, ctx.job_id)
-            else:
-                rt.registry.discard_job_outputs(conn, ctx.job_id)
-            progress = 1.0 if state == "SUCCEEDED" else ctx.last_progress
-            conn.execute("UPDATE jobs SET state = %s, result = %s, error_reason = %s, error_message = %s, "
-                         "progress = %s, message = %s, finished_at = now(), lease_owner = NULL, "
-                         "lease_expires_at = NULL WHERE id = %s",
-                         (state, Jsonb(result) if result is not None else None, reason, message or None, progress,
-                          message or state.lower(), ctx.job_id))
-            add_event(conn, ctx.job_id, state, progress, message or state.lower())
-    _db_retry(write, f"finish job as {state}")
-
-
-def _release(rt: Runtime, ctx: WorkerJobContext, message: str) -> None:
-    """Give a job back to the queue after a transient failure (it resumes from its checkpoint)."""
-    def write() -> None:
-        with rt.pool.connection() as conn:
-            ctx._owned(conn)
-            conn.execute("UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, "
-                         "enqueued_at = now() WHERE id = %s", (ctx.job_id,))
-            add_event(conn, ctx.job_id, "QUEUED", ctx.last_progress, message)
-    _db_retry(write, "release job")
+    _db_retry(lambda: rt.jobs.finish(ctx.job_id, ctx.owner, state, rt.registry, progress=ctx.last_progress,
+                                     result=result, reason=reason, message=message), f"finish job as {state}")
 
 
 def run_job(rt: Runtime, job_id: str) -> str:
     """Entry point of the Celery task. Returns what happened, for logs and tests."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    job = _db_retry(lambda: claim(rt, job_id, owner), "claim job")
+    job = _db_retry(lambda: rt.jobs.claim(job_id, owner, rt.settings.jobs.lease_seconds), "claim job")
     if job is None:
-        _cancel_if_requested_before_start(rt, job_id)
+        _db_retry(lambda: rt.jobs.cancel_unstarted(job_id), "cancel an unstarted job")
         return "skipped"
     ctx = WorkerJobContext(rt, job, owner)
     beat = Heartbeat(ctx, rt.settings.jobs.heartbeat_seconds)
@@ -246,7 +190,9 @@ def run_job(rt: Runtime, job_id: str) -> str:
     except TRANSIENT as exc:
         if job["attempts"] < rt.settings.jobs.max_attempts:
             log.warning("job %s: transient failure (%s); re-queued", job_id, exc)
-            _release(rt, ctx, f"transient failure ({type(exc).__name__}); will resume")
+            _db_retry(lambda: rt.jobs.release(job_id, owner, ctx.last_progress,
+                                              f"transient failure ({type(exc).__name__}); will resume"),
+                      "release job")
             rt.jobs.enqueue(job_id, job["queue"])
             return "requeued"
         _finish(rt, ctx, "FAILED", reason="TRANSIENT_ERRORS_EXHAUSTED", message=str(exc))
@@ -258,10 +204,3 @@ def run_job(rt: Runtime, job_id: str) -> str:
     finally:
         beat.stopped.set()
 
-
-def _cancel_if_requested_before_start(rt: Runtime, job_id: str) -> None:
-    with rt.pool.connection() as conn:
-        row = conn.execute("UPDATE jobs SET state = 'CANCELLED', finished_at = now() WHERE id = %s "
-                           "AND state = 'QUEUED' AND cancel_requested RETURNING progress", (job_id,)).fetchone()
-        if row is not None:
-            add_event(conn, job_id, "CANCELLED", row["progress"], "cancelled before start")

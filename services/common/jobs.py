@@ -1,5 +1,19 @@
-"""The job table: the single source of truth for every long job (see ARCHITECTURE, "The job lifecycle").
-Services submit and follow jobs here; workers claim, heartbeat and finish them here."""
+"""The job table: the single source of truth for every long job (see ARCHITECTURE, "The job lifecycle"). Every
+statement that moves a job row lives in JobStore, so the state machine is readable in one place:
+
+    submit            -> QUEUED                      (insert + commit, then enqueue; idempotency key)
+    claim             QUEUED -> RUNNING              (conditional UPDATE: one owner, a lease, attempts + 1)
+    renew             RUNNING, same owner            (extends the lease; reports cancel_requested)
+    progress / checkpoint / owned()                  (only while the caller still owns the lease)
+    finish            RUNNING -> SUCCEEDED | FAILED | CANCELLED   (outputs committed or discarded in the same
+                                                                   transaction)
+    release           RUNNING -> QUEUED              (a transient failure: resume from the checkpoint)
+    cancel            QUEUED -> CANCELLED, or RUNNING flagged (stops at its next step)
+    cancel_unstarted  QUEUED + cancel_requested -> CANCELLED  (a delivery that found it cancelled)
+    requeue_stale     RUNNING with an expired lease -> QUEUED, re-enqueued (the lease reaper); lost messages resent
+
+Services submit and follow jobs here; the worker runner (workers/runner.py) claims, heartbeats and finishes them
+here. A write by a run that no longer owns its job raises LeaseLost and changes nothing."""
 from __future__ import annotations
 
 import base64
@@ -7,9 +21,11 @@ import binascii
 import json
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from celery import Celery
 from psycopg import Connection
@@ -62,6 +78,18 @@ def add_event(conn: Connection, job_id: str, state: str, progress: float, messag
         (job_id, state, progress, message, Jsonb(metrics or {}), job_id)).fetchone()
     conn.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, str(job_id)))
     return row["seq"]
+
+
+class LeaseLost(Exception):
+    """Another worker (via the reaper) owns the job now, or it ended: this run must stop without writing."""
+
+
+class JobOutputs(Protocol):
+    """What finish() commits or discards with the job's final state (services.common.registry.Registry)."""
+
+    def commit_job_outputs(self, conn: Connection, job_id: str) -> None: ...
+
+    def discard_job_outputs(self, conn: Connection, job_id: str) -> None: ...
 
 
 @dataclass
@@ -165,6 +193,105 @@ class JobStore:
                 "SELECT m.name, v.version FROM model_versions v JOIN models m ON m.id = v.model_id "
                 "WHERE v.producing_job_id = %s AND v.committed ORDER BY v.created_at", (job_id,)).fetchall()
         return arts, models
+
+    # ---- the worker side: claim, lease, progress, finish ----
+    def claim(self, job_id: str, owner: str, lease_seconds: float) -> dict | None:
+        """QUEUED -> RUNNING for this owner with a lease, or None if another delivery got it, it ended, or it was
+        cancelled before it started."""
+        with self.pool.connection() as conn:
+            job = conn.execute(
+                "UPDATE jobs SET state = 'RUNNING', lease_owner = %s, "
+                "lease_expires_at = now() + make_interval(secs => %s), attempts = attempts + 1, "
+                "started_at = coalesce(started_at, now()) "
+                "WHERE id = %s AND state = 'QUEUED' AND NOT cancel_requested RETURNING *",
+                (owner, lease_seconds, job_id)).fetchone()
+            if job is not None:
+                resumed = job["checkpoint_key"] is not None
+                add_event(conn, job_id, "RUNNING", job["progress"],
+                          f"started (attempt {job['attempts']}{', resuming from checkpoint' if resumed else ''})")
+            return job
+
+    def renew(self, job_id: str, owner: str, lease_seconds: float) -> bool | None:
+        """Extend the lease: cancel_requested, or None when this owner lost the job."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %s) "
+                "WHERE id = %s AND lease_owner = %s AND state = 'RUNNING' RETURNING cancel_requested",
+                (lease_seconds, job_id, owner)).fetchone()
+        return None if row is None else bool(row["cancel_requested"])
+
+    @staticmethod
+    def lock_owned(conn: Connection, job_id: str, owner: str) -> dict:
+        """Lock the job row (until the transaction ends) and check `owner` still runs it; else LeaseLost."""
+        row = conn.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
+        if row is None or row["lease_owner"] != owner or row["state"] != "RUNNING":
+            raise LeaseLost(job_id)
+        return row
+
+    @contextmanager
+    def owned(self, job_id: str, owner: str) -> Iterator[tuple[Connection, dict]]:
+        """A transaction holding the job row of a run that still owns it: what the run writes in it (artifacts,
+        staged model versions, tombstones) is committed only if it did own the job."""
+        with self.pool.connection() as conn:
+            yield conn, self.lock_owned(conn, job_id, owner)
+
+    def progress(self, job_id: str, owner: str, fraction: float, message: str = "",
+                 metrics: dict[str, float] | None = None) -> bool:
+        """Record progress (an event, NOTIFY); returns cancel_requested."""
+        with self.owned(job_id, owner) as (conn, row):
+            conn.execute("UPDATE jobs SET progress = %s, message = %s WHERE id = %s", (fraction, message, job_id))
+            add_event(conn, job_id, "RUNNING", fraction, message, metrics)
+            return bool(row["cancel_requested"])
+
+    def set_checkpoint(self, job_id: str, owner: str, key: str, sha256: str) -> None:
+        with self.owned(job_id, owner) as (conn, _):
+            conn.execute("UPDATE jobs SET checkpoint_key = %s, checkpoint_sha256 = %s WHERE id = %s",
+                         (key, sha256, job_id))
+
+    def checkpoint(self, job_id: str) -> tuple[str, str] | None:
+        """(object key, sha256) of the job's last checkpoint, or None."""
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT checkpoint_key, checkpoint_sha256 FROM jobs WHERE id = %s",
+                               (job_id,)).fetchone()
+        if not row or not row["checkpoint_key"]:
+            return None
+        return row["checkpoint_key"], row["checkpoint_sha256"]
+
+    def finish(self, job_id: str, owner: str, state: str, outputs: JobOutputs, *, progress: float,
+               result: dict | None = None, reason: str | None = None, message: str = "") -> None:
+        """RUNNING -> a terminal state, in one transaction with the job's outputs: committed when it SUCCEEDED
+        (progress 1), else discarded."""
+        if state not in TERMINAL:
+            raise ValueError(f"finish needs a terminal state, not {state}")
+        with self.owned(job_id, owner) as (conn, _):
+            if state == "SUCCEEDED":
+                outputs.commit_job_outputs(conn, job_id)
+                progress = 1.0
+            else:
+                outputs.discard_job_outputs(conn, job_id)
+            conn.execute("UPDATE jobs SET state = %s, result = %s, error_reason = %s, error_message = %s, "
+                         "progress = %s, message = %s, finished_at = now(), lease_owner = NULL, "
+                         "lease_expires_at = NULL WHERE id = %s",
+                         (state, Jsonb(result) if result is not None else None, reason, message or None, progress,
+                          message or state.lower(), job_id))
+            add_event(conn, job_id, state, progress, message or state.lower())
+
+    def release(self, job_id: str, owner: str, progress: float, message: str) -> None:
+        """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint)."""
+        with self.owned(job_id, owner) as (conn, _):
+            conn.execute("UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, "
+                         "enqueued_at = now() WHERE id = %s", (job_id,))
+            add_event(conn, job_id, "QUEUED", progress, message)
+
+    def cancel_unstarted(self, job_id: str) -> bool:
+        """A delivery that could not claim the job: if it is QUEUED with a cancellation requested, it ends
+        CANCELLED now. True if it did."""
+        with self.pool.connection() as conn:
+            row = conn.execute("UPDATE jobs SET state = 'CANCELLED', finished_at = now() WHERE id = %s "
+                               "AND state = 'QUEUED' AND cancel_requested RETURNING progress", (job_id,)).fetchone()
+            if row is not None:
+                add_event(conn, job_id, "CANCELLED", row["progress"], "cancelled before start")
+        return row is not None
 
     # ---- the lease reaper ----
     def requeue_stale(self, *, stale_queued_seconds: float) -> list[str]:

@@ -1,8 +1,13 @@
 """PostgreSQL restarted in the middle of a job: the worker retries, the job still completes."""
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
+
+import pytest
 
 from services.common import db
 from services.common.embedded import EmbeddedPostgres
@@ -12,8 +17,18 @@ from tests import harness
 from tests.job_kinds import expected_digest
 
 
-def test_job_survives_a_postgres_restart(settings, tenants, workers, tmp_path):
-    pg = EmbeddedPostgres(tmp_path / "pg").start()
+@pytest.fixture
+def pg_dir():
+    """Outside pytest's basetemp: as root the embedded PostgreSQL runs as its own user and needs every parent
+    searchable, and another pytest session starting meanwhile resets /tmp/pytest-of-<user> to 0700."""
+    path = Path(tempfile.mkdtemp(prefix="praxon-pg-test-"))
+    path.chmod(0o755)
+    yield path / "pg"
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_job_survives_a_postgres_restart(settings, tenants, workers, pg_dir):  # noqa: ARG001 - tenants: the schema
+    pg = EmbeddedPostgres(pg_dir).start()
     try:
         s = settings.model_copy(deep=True)
         s.database_url = type(settings.database_url)(pg.url("praxon"))
