@@ -198,9 +198,26 @@ class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", 
     pass
 
 
-def retrying_channel(address: str, *, budget_s: float = 60.0) -> grpc.Channel:
-    """An insecure channel (loopback / inside a cluster) whose unary calls retry UNAVAILABLE/RESOURCE_EXHAUSTED."""
-    return grpc.intercept_channel(grpc.insecure_channel(address), _RetryInterceptor(budget_s))
+def tls_credentials_from_env() -> grpc.ChannelCredentials | None:
+    """TLS for the CLI from PRAXON_TLS_CA_FILE (the server's CA), plus PRAXON_TLS_CERT_FILE / PRAXON_TLS_KEY_FILE
+    for mTLS; None (plaintext) when none is set."""
+    from pathlib import Path  # noqa: PLC0415
+
+    ca, cert, key = (os.environ.get(f"PRAXON_TLS_{n}_FILE", "") for n in ("CA", "CERT", "KEY"))
+    if not (ca or cert):
+        return None
+    return grpc.ssl_channel_credentials(root_certificates=Path(ca).read_bytes() if ca else None,
+                                        private_key=Path(key).read_bytes() if key else None,
+                                        certificate_chain=Path(cert).read_bytes() if cert else None)
+
+
+def retrying_channel(address: str, *, budget_s: float = 60.0,
+                     credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+    """A channel whose unary calls retry UNAVAILABLE/RESOURCE_EXHAUSTED: TLS with `credentials` (default: from
+    the PRAXON_TLS_* environment), else plaintext (loopback / inside a mesh)."""
+    credentials = credentials or tls_credentials_from_env()
+    raw = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
+    return grpc.intercept_channel(raw, _RetryInterceptor(budget_s))
 
 
 def error_line(err: grpc.RpcError) -> str:

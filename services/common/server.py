@@ -498,6 +498,18 @@ def build_app_context(settings: Settings) -> AppContext:
     return AppContext(settings, pool, store, JobStore(pool, make_celery(settings)), Registry(pool, store))
 
 
+def server_credentials(g) -> grpc.ServerCredentials:
+    """TLS from the settings' PEM files; with a client CA, mTLS (a client without a certificate it signed is
+    refused during the handshake)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    if not g.tls_key_file:
+        raise ValueError("PRAXON_GRPC__TLS_CERT_FILE needs PRAXON_GRPC__TLS_KEY_FILE")
+    ca = Path(g.tls_client_ca_file).read_bytes() if g.tls_client_ca_file else None
+    return grpc.ssl_server_credentials([(Path(g.tls_key_file).read_bytes(), Path(g.tls_cert_file).read_bytes())],
+                                       root_certificates=ca, require_client_auth=ca is not None)
+
+
 async def create_server(app: AppContext, registrars: list[Registrar], *, port: int | None = None,
                         metrics_registry: CollectorRegistry = REGISTRY) -> tuple[grpc.aio.Server, int]:
     """Build and start a server hosting the given services; returns (server, bound port). Port 0 picks one."""
@@ -519,7 +531,9 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{g.host}:{g.port if port is None else port}")
+    address = f"{g.host}:{g.port if port is None else port}"
+    bound = server.add_secure_port(address, server_credentials(g)) if g.tls_cert_file else \
+        server.add_insecure_port(address)
     await server.start()
     server.praxon_health = health_servicer  # graceful shutdown flips it to NOT_SERVING first
     server.praxon_services = names

@@ -30,6 +30,11 @@ class GrpcSettings(BaseModel):
     request_burst_per_token: int = Field(400, ge=1)
     # A revoked or expired token stops working within this long (each server caches token lookups).
     auth_cache_seconds: float = Field(30.0, ge=0)
+    # TLS (PEM files; empty: plaintext, for loopback or a mesh that encrypts). A client CA file turns on mTLS:
+    # clients must present a certificate it signed.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
 
 
 class JobSettings(BaseModel):
