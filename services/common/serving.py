@@ -19,7 +19,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -227,17 +227,59 @@ class _Pending(Generic[Item]):
     future: asyncio.Future
 
 
+def run_grouped(run_batch: Callable[[list[Item]], Sequence[Result | BaseException]], items: Sequence[Item],
+                group_key: Callable[[Item], Hashable]) -> list[Result | BaseException]:
+    """run_batch over the items of each group (same group_key; groups in order of first appearance, items in input
+    order within a group), results back in input order. A group whose run_batch raises (or returns the wrong
+    number of results) is retried item by item, so one bad item fails only its own request; an item that fails on
+    its own gets its exception as its result."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(group_key(item), []).append(i)
+    out: list[Any] = [None] * len(items)
+    for idx in groups.values():
+        try:
+            results = list(run_batch([items[i] for i in idx]))
+            if len(results) != len(idx):
+                raise RuntimeError(f"run_batch returned {len(results)} results for {len(idx)} items")
+            for i, r in zip(idx, results, strict=True):
+                out[i] = r
+        except Exception:  # noqa: BLE001 - isolate the failing item(s)
+            if len(idx) == 1:
+                log.debug("a batch of one failed", exc_info=True)
+            for i in idx:
+                try:
+                    alone = list(run_batch([items[i]]))
+                    if len(alone) != 1:
+                        raise RuntimeError(f"run_batch returned {len(alone)} results for 1 item")
+                    out[i] = alone[0]
+                except Exception as exc:  # noqa: BLE001 - delivered to that request's caller
+                    out[i] = exc
+    return out
+
+
 class Batcher(Generic[Item, Result]):
     """Dynamic batching: concurrent requests are collected for up to max_wait_ms (or until max_batch of them), then
     `run_batch(items) -> results` (one result or exception per item, in order; blocking) runs them in a worker
     thread; each caller awaits its own result. Up to `workers` batches run at once (0: default_batch_workers());
     the queue is shared among them, and while they all run, new requests queue up and form the next batch. With
     workers=1 a batch takes everything queued (up to max_batch) when the previous one is done.
+
+    group_key: items that can share one run_batch call (e.g. the same loaded model and options) have the same key;
+    with it, run_batch sees one group at a time and a failing group is retried item by item (run_grouped), so a
+    service writes only the per-group computation. Without it, run_batch gets the whole batch and an exception
+    fails every item of the batch.
     A service subclasses it with typed submit methods that build its items and call run() / run_many()."""
 
     def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result | BaseException]], *, max_batch: int = 32,
-                 max_wait_ms: float = 2.0, workers: int = 1):
+                 max_wait_ms: float = 2.0, workers: int = 1, group_key: Callable[[Item], Hashable] | None = None):
+        if group_key is not None:
+            per_group = run_batch
+
+            def run_batch(items: list[Item]) -> list[Result | BaseException]:
+                return run_grouped(per_group, items, group_key)
         self.run_batch = run_batch
+        self.group_key = group_key
         self.max_batch, self.max_wait_s = max(1, max_batch), max(0.0, max_wait_ms / 1000.0)
         self.workers = workers
         self._pending: collections.deque[_Pending[Item]] = collections.deque()

@@ -333,3 +333,49 @@ def test_close_fails_queued_callers_with_unavailable():
         return await asyncio.gather(queued, return_exceptions=True)
     (queued,) = asyncio.run(run())
     assert isinstance(queued, Unavailable)
+
+
+# ---------------------------------------------------------------------------------------------- grouped batches
+def test_group_key_gives_run_batch_one_group_at_a_time_in_input_order():
+    calls: list[list[tuple[str, int]]] = []
+
+    def per_group(items):  # items of one group only: what a service writes (one forward per model)
+        assert len({m for m, _ in items}) == 1, items
+        calls.append(list(items))
+        return [f"{m}:{x * 10}" for m, x in items]
+
+    async def run():
+        b = Batcher(per_group, max_batch=64, max_wait_ms=20, group_key=lambda it: it[0])
+        try:
+            items = [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5), ("a", 6)]
+            return await asyncio.gather(*(b.run(it) for it in items)), b.batches
+        finally:
+            await b.close()
+    out, batches = asyncio.run(run())
+    assert out == ["a:10", "b:20", "a:30", "c:40", "b:50", "a:60"]
+    assert batches == 1 and [c[0][0] for c in calls] == ["a", "b", "c"]  # one batch, one call per group
+    assert calls[0] == [("a", 1), ("a", 3), ("a", 6)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 20)), min_size=1, max_size=40))
+def test_run_grouped_isolates_failures_to_their_own_items(items):
+    """A group whose run_batch raises is retried item by item: every good item gets its result, every bad one
+    its own exception, in input order, whatever the grouping."""
+    from services.common.serving import run_grouped
+
+    def per_group(group):
+        if any(x < 0 for _, x in group):
+            raise ValueError(f"bad item in {group}")
+        if any(x == 13 for _, x in group):
+            return []  # a broken run_batch (wrong count) is isolated the same way
+        return [k * 100 + x for k, x in group]
+
+    out = run_grouped(per_group, items, lambda it: it[0])
+    assert len(out) == len(items)
+    for (k, x), r in zip(items, out, strict=True):
+        if x < 0:
+            assert isinstance(r, ValueError)
+        elif x == 13:
+            assert isinstance(r, RuntimeError)
+        else:
+            assert r == k * 100 + x
