@@ -72,6 +72,7 @@ def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: 
     s.jobs.heartbeat_seconds = jobs.get("heartbeat_seconds", 0.5)
     s.jobs.reaper_interval_seconds = jobs.get("reaper_interval_seconds", 1.0)
     s.jobs.torch_threads = 1  # two cores shared by the test process, workers and servers
+    s.jobs.max_active_per_tenant = s.jobs.max_active_per_tenant_kind = 0  # quotas have their own test
     return s
 
 

@@ -32,7 +32,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from services.common.jobkinds import JOB_KINDS
 from services.common.queue import RUN_JOB_TASK
 
@@ -92,10 +92,20 @@ class JobOutputs(Protocol):
     def discard_job_outputs(self, conn: Connection, job_id: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class JobQuota:
+    """Unfinished jobs a tenant may have at once, in all and per kind (0 = no limit)."""
+
+    per_tenant: int = 0
+    per_kind: int = 0
+    retry_after_s: float = 5.0
+
+
 @dataclass
 class JobStore:
     pool: ConnectionPool
     celery: Celery
+    quota: JobQuota = JobQuota()
 
     # ---- producers (services) ----
     def submit(self, tenant_id: str, kind: str, params: dict[str, Any], idempotency_key: str = "",
@@ -110,6 +120,8 @@ class JobStore:
             raise InvalidArgument("idempotency_key", "at most 200 printable characters")
         queue = JOB_KINDS[kind].queue
         with self.pool.connection() as conn:
+            if self.quota.per_tenant or self.quota.per_kind:
+                self._check_quota(conn, tenant_id, kind, idempotency_key)
             row = conn.execute(
                 "INSERT INTO jobs (tenant_id, kind, queue, state, params, idempotency_key, enqueued_at) "
                 "VALUES (%s, %s, %s, 'QUEUED', %s, %s, now()) "
@@ -126,6 +138,24 @@ class JobStore:
                 in_transaction(conn, row)
         self.enqueue(row["id"], queue)
         return row
+
+    def _check_quota(self, conn: Connection, tenant_id: str, kind: str, idempotency_key: str) -> None:
+        """Inside the submitting transaction, serialised per tenant (an advisory lock), so concurrent submits
+        cannot overshoot. A known idempotency key passes: it returns the existing job."""
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", (str(tenant_id),))
+        if idempotency_key and conn.execute("SELECT 1 FROM jobs WHERE tenant_id = %s AND idempotency_key = %s",
+                                            (tenant_id, idempotency_key)).fetchone():
+            return
+        row = conn.execute("SELECT count(*) AS total, count(*) FILTER (WHERE kind = %s) AS of_kind FROM jobs "
+                           "WHERE tenant_id = %s AND state IN ('QUEUED', 'RUNNING')", (kind, tenant_id)).fetchone()
+        q = self.quota
+        if q.per_tenant and row["total"] >= q.per_tenant:
+            raise ResourceExhausted(f"this tenant already has {row['total']} unfinished jobs (the limit is "
+                                    f"{q.per_tenant}): wait for some to finish or cancel them",
+                                    retry_after_s=q.retry_after_s, reason="JOB_QUOTA_EXCEEDED")
+        if q.per_kind and row["of_kind"] >= q.per_kind:
+            raise ResourceExhausted(f"this tenant already has {row['of_kind']} unfinished {kind} jobs (the limit is "
+                                    f"{q.per_kind})", retry_after_s=q.retry_after_s, reason="JOB_QUOTA_EXCEEDED")
 
     def enqueue(self, job_id: str, queue: str) -> None:
         try:

@@ -25,7 +25,7 @@ from psycopg_pool import ConnectionPool
 from services.common import db
 from services.common.errors import (AlreadyExists, Cancelled, FailedPrecondition, InvalidArgument, NotFound,
                                     PraxonError, ResourceExhausted, Unauthenticated, Unavailable)
-from services.common.jobs import JobStore
+from services.common.jobs import JobQuota, JobStore
 from services.common.registry import Registry
 from services.common.settings import Settings
 from services.common.store import ArtifactStore
@@ -495,7 +495,8 @@ def build_app_context(settings: Settings) -> AppContext:
     pool = db.create_pool(settings)
     store = ArtifactStore(settings)
     from services.common.queue import make_celery  # noqa: PLC0415 - only processes that serve need it
-    return AppContext(settings, pool, store, JobStore(pool, make_celery(settings)), Registry(pool, store))
+    quota = JobQuota(settings.jobs.max_active_per_tenant, settings.jobs.max_active_per_tenant_kind)
+    return AppContext(settings, pool, store, JobStore(pool, make_celery(settings), quota), Registry(pool, store))
 
 
 def server_credentials(g) -> grpc.ServerCredentials:

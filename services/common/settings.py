@@ -45,6 +45,10 @@ class JobSettings(BaseModel):
     # torch intra-op threads per job process (0: torch's default, one per core). Several worker processes on
     # one node should split the cores rather than each take all of them.
     torch_threads: int = Field(0, ge=0)
+    # Quotas: unfinished (queued or running) jobs per tenant, and per tenant and job kind; 0 = no limit. A
+    # submit over either gets RESOURCE_EXHAUSTED with RetryInfo (resubmitting a known idempotency key never does).
+    max_active_per_tenant: int = Field(200, ge=0)
+    max_active_per_tenant_kind: int = Field(50, ge=0)
 
 
 class ServingConfig(BaseModel):
