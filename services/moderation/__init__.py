@@ -1,18 +1,21 @@
 """Moderation: the guard model (BingoGuard-style topics + severity), tenant decisions, SafeWatch-style custom
 policies, streaming checks, conformal calibration and HarmAug distillation.
 
-api.py (the servicer), guard.py / decision.py / policies.py / stream.py / conformal.py / distill.py (domain code; no
-grpc), jobs.py (training, calibration, distillation), predictor.py (kserve), cli.py (`praxon moderate ...`)."""
+api.py (the servicer: proto <-> domain), engine.py (ModerationEngine: the one serving path of the servicer, the kserve
+predictor (predictor.py) and the benchmarks), guard.py / distill.py (the teacher guard and the distilled student, both
+served by alias), decision.py / policies.py / stream.py / conformal.py (domain code; no grpc), params.py (typed job
+parameters), jobs/ (one file per job kind), cli.py (`praxon moderate ...`)."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
 SPEC = ServiceSpec(
     name="moderation",
     servicers="services.moderation.api:register",
     job_kinds={
-        "moderation.train_guard": JobKind("training", "services.moderation.jobs:run_guard_training"),
-        "moderation.train_policy_scorer": JobKind("training", "services.moderation.jobs:run_policy_scorer_training"),
-        "moderation.calibrate": JobKind("calibration", "services.moderation.jobs:run_calibration"),
-        "moderation.distill": JobKind("distillation", "services.moderation.jobs:run_distillation"),
+        "moderation.train_guard": JobKind("training", "services.moderation.jobs.train_guard:run_guard_training"),
+        "moderation.train_policy_scorer": JobKind(
+            "training", "services.moderation.jobs.train_policy_scorer:run_policy_scorer_training"),
+        "moderation.calibrate": JobKind("calibration", "services.moderation.jobs.calibrate:run_calibration"),
+        "moderation.distill": JobKind("distillation", "services.moderation.jobs.distill:run_distillation"),
     },
     predictors={"moderation": "services.moderation.predictor:build"},
     cli="services.moderation.cli",

@@ -1,6 +1,6 @@
-"""ModerationService: proto <-> domain translation. Models are served by serving.py (registry loading, hot swap,
-dynamic batching), thresholds and policies stored by policy_store.py; the decisions are the domain's
-(decision.moderate_batch, stream.StreamModerator, policies.evaluate_policies)."""
+"""ModerationService: proto <-> domain translation, nothing else. Every answer comes from the ModerationEngine
+(engine.py: model caches with hot swap, tenant thresholds, dynamic batching), the same one the kserve predictor
+uses; job parameters are the typed models of params.py, validated here with the request's field names."""
 from __future__ import annotations
 
 import asyncio
@@ -13,16 +13,18 @@ import grpc
 from praxon.moderation.v1 import moderation_pb2 as pb
 from praxon.moderation.v1 import moderation_pb2_grpc
 from services.common import convert
-from services.common.errors import FailedPrecondition, FieldViolation, InvalidArgument
+from services.common.errors import InvalidArgument
 from services.common.jobs import page_size
-from services.common.registry import check_model_name
-from services.common.spec import service_settings
+from services.common.params import parse_params
 from services.common.server import AppContext, current_tenant
-from services.common.serving import ModelCache, ref_key
-from services.moderation.decision import ModerationResult, Thresholds
-from services.moderation.policy_store import ModerationStore, StoredPolicy, StoredThresholds, check_policy_id
+from services.common.serving import ref_key
+from services.common.spec import service_settings
+from services.moderation import params as mp
+from services.moderation.decision import DEFAULT_LEVEL, Item, ModerationResult, Thresholds
+from services.moderation.engine import Annotation, ModerationEngine
+from services.moderation.policy_store import ModerationStore, StoredPolicy, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.serving import Batcher, Loaded, ServingConfig, build_conformal, build_guard, build_scorer
+from services.moderation.serving import Loaded, ServingConfig
 from services.moderation.taxonomy import TOPICS
 
 ROLE_NAMES = {pb.ROLE_PROMPT: "prompt", pb.ROLE_RESPONSE: "response"}
@@ -42,16 +44,6 @@ MAX_DISPLAY_NAME = 200
 
 
 # ---------------------------------------------------------------------------------------------- validation
-def _refield(exc: InvalidArgument, old: str, new: str) -> InvalidArgument:
-    """The same violations with a field prefix rewritten (domain names -> request field paths)."""
-    def name(f: str) -> str:
-        if f == old.rstrip("."):
-            return new.rstrip(".") or f
-        return new + f[len(old):] if f.startswith(old) else f
-    return InvalidArgument(violations=[FieldViolation(name(v.field), v.description) for v in exc.violations],
-                           reason=exc.reason)
-
-
 def check_text(text: str, field: str, max_bytes: int) -> str:
     if len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes):
         raise InvalidArgument(field, f"text is larger than {max_bytes} bytes", reason="TEXT_TOO_LARGE")
@@ -115,7 +107,7 @@ def check_policy_ids(ids: Sequence[str], field: str = "policy_ids") -> list[str]
 def version_message(loaded: Loaded) -> pb.ModelVersionInfo:
     i = loaded.info
     return pb.ModelVersionInfo(name=i.name, version=i.version, model_version_id=i.model_version_id,
-                               fingerprint=i.fingerprint)
+                               fingerprint=i.fingerprint, kind=str(loaded.config.get("kind", "")))
 
 
 def span_message(span) -> pb.TextSpan | None:
@@ -139,8 +131,22 @@ def content_result(r: ModerationResult) -> pb.ContentResult:
 
 
 def thresholds_message(th: Thresholds) -> pb.Thresholds:
-    return pb.Thresholds(levels={t: int(v) for t, v in zip(TOPICS, th.levels, strict=False)}, unsafe_threshold=th.unsafe_threshold,
-                         topic_threshold=th.topic_threshold, block_unspecified=th.block_unspecified)
+    """Unset probability thresholds (the served model's decision defaults) are 0 on the wire."""
+    return pb.Thresholds(levels={t: int(v) for t, v in zip(TOPICS, th.levels, strict=True)},
+                         unsafe_threshold=th.unsafe_threshold or 0.0, topic_threshold=th.topic_threshold or 0.0,
+                         block_unspecified=th.block_unspecified)
+
+
+def annotate_message(res: pb.ContentResult, ann: Annotation, calib: Loaded | None) -> None:
+    versions = ann.policy_versions or {}
+    res.policy_verdicts.extend(pb.PolicyVerdict(
+        policy_id=v.policy_id, policy_version=versions[v.policy_id], chunk_id=v.chunk_id, chunk_name=v.name,
+        violated=v.violated, score=v.score, matched=rule_match(v.matched), overridden_by=rule_match(v.overridden_by))
+        for v in ann.verdicts)
+    if ann.severity_set is not None and calib is not None:
+        res.severity_set.CopyFrom(pb.SeverityPredictionSet(
+            levels=list(ann.severity_set), alpha=float(calib.obj.alpha), metric=str(calib.obj.metric),
+            calibration_model=version_message(calib)))
 
 
 def policy_message(sp: StoredPolicy) -> pb.Policy:
@@ -171,82 +177,35 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         self.app = app
         self.config = config or ServingConfig()
         self.store = ModerationStore(app.pool, thresholds_ttl_s=self.config.thresholds_ttl_s)
-        self.guards = ModelCache(app.registry, build_guard, self.config, what="guard model")
-        self.scorers = ModelCache(app.registry, build_scorer, self.config, what="policy scorer")
-        self.calibrations = ModelCache(app.registry, build_conformal, self.config, what="calibration model")
-        self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms,
-                               workers=self.config.batch_workers)
+        self.engine = ModerationEngine(app.registry, self.store, self.config)
+        self.guards, self.batcher = self.engine.guards, self.engine.batcher  # tests and admin tooling
 
     async def close(self) -> None:
         """Stop the batcher and background model refreshes (the serve loop's shutdown cancels them too)."""
-        await self.batcher.close()
-        for cache in (self.guards, self.scorers, self.calibrations):
-            await cache.close()
+        await self.engine.close()
 
     # -- shared steps
-    async def _thresholds(self, tenant: str) -> StoredThresholds:
-        hit = self.store.peek_thresholds(tenant)
-        return hit if hit is not None else await asyncio.to_thread(self.store.get_thresholds, tenant, cached=True)
+    def _key(self, tenant: str, ref, default: str):
+        return ref_key(tenant, ref, default)
 
-    async def _guard(self, tenant: str, ref, field: str = "model") -> Loaded:
-        return await self.guards.get(ref_key(tenant, ref, self.config.default_guard), field=field)
-
-    async def _extras(self, tenant: str, request, guard: Loaded, prefix: str = ""):
-        """Policies (+ scorer) and the calibration model a request asks for."""
+    async def _moderate(self, tenant: str, request, items: list[Item], prefix: str = ""
+                        ) -> tuple[Loaded, list[pb.ContentResult]]:
         ids = check_policy_ids(request.policy_ids, prefix + "policy_ids")
         threshold = policy_threshold(request.policy_threshold, prefix + "policy_threshold")
-        policies, scorer, calib = [], None, None
-        if ids:
-            policies = await asyncio.to_thread(self.store.latest_policies, tenant, ids, prefix + "policy_ids")
-            scorer = await self.scorers.get(ref_key(tenant, request.policy_scorer, self.config.default_scorer),
-                                            field=prefix + "policy_scorer")
-        if request.HasField("calibration_model"):
-            if not request.calibration_model.name:
-                raise InvalidArgument(prefix + "calibration_model.name", "required")
-            calib = await self.calibrations.get(ref_key(tenant, request.calibration_model, ""),
-                                                field=prefix + "calibration_model")
-            want = str(calib.config.get("guard_model_version_id", ""))
-            if want != guard.info.model_version_id:
-                raise FailedPrecondition(
-                    f"calibration model {calib.info.name} v{calib.info.version} was calibrated for guard version "
-                    f"{want or '?'}, not {guard.info.name} v{guard.info.version} ({guard.info.model_version_id})",
-                    reason="CALIBRATION_GUARD_MISMATCH")
-        return policies, scorer, threshold, calib
-
-    @staticmethod
-    def _annotate(texts: Sequence[str], roles: Sequence[str], results: list[pb.ContentResult], guard: Loaded,
-                  policies: list[StoredPolicy], scorer: Loaded | None, threshold: float, calib: Loaded | None,
-                  group: str) -> None:
-        """Policy verdicts and severity prediction sets (blocking; run in a thread)."""
-        from services.moderation.encoder import get_base_encoder  # noqa: PLC0415
-        from services.moderation.policies import evaluate_policies  # noqa: PLC0415
-
-        versions = {sp.policy.policy_id: sp.version for sp in policies}
-        for text, role, res in zip(texts, roles, results, strict=False):
-            if policies:
-                # The scorer was trained on the frozen base encoder's embeddings, whatever the guard's kind.
-                verdicts = evaluate_policies(text, [sp.policy for sp in policies], scorer.obj, get_base_encoder(),
-                                             threshold=threshold)
-                res.policy_verdicts.extend(pb.PolicyVerdict(
-                    policy_id=v.policy_id, policy_version=versions[v.policy_id], chunk_id=v.chunk_id,
-                    chunk_name=v.name, violated=v.violated, score=v.score, matched=rule_match(v.matched),
-                    overridden_by=rule_match(v.overridden_by)) for v in verdicts)
-            if calib is not None:
-                proba = guard.obj.predict_proba([text], [role])
-                sets = calib.obj.prediction_sets(proba, [group] if group else None)
-                res.severity_set.CopyFrom(pb.SeverityPredictionSet(
-                    levels=sorted(int(x) for x in sets[0]), alpha=float(calib.obj.alpha), metric=str(calib.obj.metric),
-                    calibration_model=version_message(calib)))
-
-    async def _moderate(self, tenant: str, request, texts: list[str], roles: list[str], guard: Loaded,
-                        prefix: str = "") -> list[pb.ContentResult]:
-        policies, scorer, threshold, calib = await self._extras(tenant, request, guard, prefix)
-        th = (await self._thresholds(tenant)).thresholds
-        results = [content_result(r) for r in await self.batcher.submit_many(guard.obj, texts, roles, th)]
-        if policies or calib is not None:
-            await asyncio.to_thread(self._annotate, texts, roles, results, guard, policies, scorer, threshold, calib,
-                                    request.group)
-        return results
+        guard, results = await self.engine.moderate(tenant, self._key(tenant, request.model, self.config.default_guard),
+                                                    items)
+        extras = await self.engine.extras(
+            tenant, guard, policy_ids=ids, scorer_key=self._key(tenant, request.policy_scorer,
+                                                                self.config.default_scorer),
+            policy_threshold=threshold, group=request.group, prefix=prefix,
+            calibration_key=(self._key(tenant, request.calibration_model, "")
+                             if request.HasField("calibration_model") else None))
+        out = [content_result(r) for r in results]
+        if extras.policies or extras.calibration is not None:
+            anns = await asyncio.to_thread(self.engine.annotate, items, guard, extras)
+            for res, ann in zip(out, anns, strict=True):
+                annotate_message(res, ann, extras.calibration)
+        return guard, out
 
     # -- moderation
     async def Moderate(self, request, context):
@@ -256,12 +215,12 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         if prompt is None and response is None:
             raise InvalidArgument("prompt", "at least one of prompt or response (as text or bytes) is required",
                                   reason="EMPTY_REQUEST")
-        items = [(role, t) for role, t in (("prompt", prompt), ("response", response)) if t is not None]
-        guard = await self._guard(tenant, request.model)
-        results = await self._moderate(tenant, request, [t for _, t in items], [r for r, _ in items], guard)
+        items = ([Item(prompt, "prompt")] if prompt is not None else []) + (
+            [Item(response, "response", prompt)] if response is not None else [])  # the pair: response | prompt
+        guard, results = await self._moderate(tenant, request, items)
         out = pb.ModerateResponse(model=version_message(guard))
-        for (role, _), res in zip(items, results, strict=False):
-            getattr(out, role).CopyFrom(res)
+        for it, res in zip(items, results, strict=True):
+            getattr(out, it.role).CopyFrom(res)
         return out
 
     async def ModerateBatch(self, request, context):
@@ -270,20 +229,22 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             raise InvalidArgument("items", "at least one item is required", reason="EMPTY_REQUEST")
         if len(request.items) > self.config.max_batch_items:
             raise InvalidArgument("items", f"at most {self.config.max_batch_items} items")
-        texts, roles = [], []
+        items = []
         for i, item in enumerate(request.items):
             text = text_of(item, "content", "text", "text_bytes", mb, prefix=f"items[{i}].")
             if text is None:
                 raise InvalidArgument(f"items[{i}].text", "required (as text or bytes)", reason="EMPTY_TEXT")
-            texts.append(text)
-            roles.append(role_of(item.role, f"items[{i}].role", "prompt"))
-        guard = await self._guard(tenant, request.model)
-        results = await self._moderate(tenant, request, texts, roles, guard)
+            role = role_of(item.role, f"items[{i}].role", "prompt")
+            prompt = None
+            if item.prompt:
+                if role != "response":
+                    raise InvalidArgument(f"items[{i}].prompt", "only a response is judged with a prompt")
+                prompt = check_text(item.prompt, f"items[{i}].prompt", mb)
+            items.append(Item(text, role, prompt))
+        guard, results = await self._moderate(tenant, request, items)
         return pb.ModerateBatchResponse(results=results, model=version_message(guard))
 
     async def ModerateStream(self, request_iterator, context) -> AsyncIterator[pb.ModerateStreamResponse]:
-        from services.moderation.stream import StreamModerator  # noqa: PLC0415
-
         tenant, mb = current_tenant(), self.config.max_text_bytes
         mod = guard = None
         decoder = codecs.getincrementaldecoder("utf-8")()
@@ -291,9 +252,13 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         async for msg in request_iterator:
             if mod is None:
                 role = role_of(msg.role, "role", "response")
-                guard = await self._guard(tenant, msg.model)
-                th = (await self._thresholds(tenant)).thresholds
-                mod = StreamModerator(guard.obj, th, role=role)
+                prompt = None
+                if msg.prompt:
+                    if role != "response":
+                        raise InvalidArgument("prompt", "only a response stream is judged with a prompt")
+                    prompt = check_text(msg.prompt, "prompt", mb)
+                guard, mod = await self.engine.open_stream(
+                    tenant, self._key(tenant, msg.model, self.config.default_guard), role, prompt)
             which = msg.WhichOneof("content")
             if which == "chunk_bytes":
                 n_bytes += len(msg.chunk_bytes)
@@ -332,23 +297,21 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         if not mod.text.strip():
             raise InvalidArgument("chunk", "the streamed text is empty", reason="EMPTY_TEXT")
         result = await asyncio.to_thread(mod.finish)
-        yield pb.ModerateStreamResponse(safe_offset=result.safe_offset, blocked=result.blocked,
-                                        blocking_topics=list(result.blocking_topics), received=len(mod.text),
+        last = mod.final_update()
+        yield pb.ModerateStreamResponse(safe_offset=last.safe_offset, blocked=last.blocked,
+                                        blocking_topics=list(last.blocking_topics), received=len(mod.text),
                                         windows=result.n_windows, final=True, result=content_result(result),
                                         model=version_message(guard))
 
     # -- thresholds
     async def SetThresholds(self, request, context):
-        try:
-            th = Thresholds.build(
-                dict(request.levels),
-                default_level=request.default_level if request.HasField("default_level") else 1,
-                unsafe_threshold=request.unsafe_threshold if request.HasField("unsafe_threshold") else 0.5,
-                topic_threshold=request.topic_threshold if request.HasField("topic_threshold") else 0.5,
-                block_unspecified=request.block_unspecified if request.HasField("block_unspecified") else True,
-                field="thresholds")
-        except InvalidArgument as exc:
-            raise _refield(exc, "thresholds.", "") from None
+        th = Thresholds.build(
+            dict(request.levels),
+            default_level=request.default_level if request.HasField("default_level") else DEFAULT_LEVEL,
+            unsafe_threshold=request.unsafe_threshold if request.HasField("unsafe_threshold") else None,
+            topic_threshold=request.topic_threshold if request.HasField("topic_threshold") else None,
+            block_unspecified=request.block_unspecified if request.HasField("block_unspecified") else True,
+            field="")
         stored = await asyncio.to_thread(self.store.set_thresholds, current_tenant(), th)
         return pb.SetThresholdsResponse(thresholds=thresholds_message(stored.thresholds))
 
@@ -396,107 +359,88 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
     def _dataset(self, tenant: str, artifact_id: str, fmt: int, params: dict) -> None:
         params["format"] = convert.enum_of(FORMATS, fmt, "format")
         if artifact_id:
-            self.app.registry.get_artifact(tenant, artifact_id, "dataset_artifact_id")  # NOT_FOUND early
             params["dataset_artifact_id"] = artifact_id
 
-    async def StartGuardTrainingJob(self, request, context):
-        from services.moderation.jobs import GuardTrainParams  # noqa: PLC0415
+    def _check_artifact(self, tenant: str, artifact_id: str | None) -> None:
+        if artifact_id:
+            self.app.registry.get_artifact(tenant, artifact_id, "dataset_artifact_id")  # NOT_FOUND early
 
-        tenant = current_tenant()
-        params: dict[str, Any] = {"model_name": check_model_name(request.model_name or "guard", "model_name"),
-                                  "kind": convert.enum_of(KINDS, request.kind, "kind")}
-        for f in ("l2", "max_iter", "epochs", "trainable_layers", "lr", "head_lr", "batch_size", "seed",
-                  "validation_fraction"):
-            if request.HasField(f):
-                params[f] = getattr(request, f)
-        try:
-            GuardTrainParams.parse({k: v for k, v in params.items()})
-        except InvalidArgument as exc:
-            raise _refield(exc, "params.", "") from None
+    @staticmethod
+    def _optional(request, fields: Sequence[str]) -> dict[str, Any]:
+        return {f: getattr(request, f) for f in fields if request.HasField(f)}
 
+    @staticmethod
+    def _extra(request, own: set[str]) -> dict[str, Any]:
+        extra = convert.from_struct(request.extra_params) if request.HasField("extra_params") else {}
+        if clash := sorted(set(extra) & own):
+            raise InvalidArgument(f"extra_params.{clash[0]}", "set by its own request field")
+        return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in extra.items()}  # Struct
+
+    async def _submit(self, tenant: str, kind: str, params, request) -> pb.Job:
         def work():
-            self._dataset(tenant, request.dataset_artifact_id, request.format, params)
-            return self.app.jobs.submit(tenant, "moderation.train_guard", params, request.idempotency_key)
-        return pb.StartGuardTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
+            self._check_artifact(tenant, getattr(params, "dataset_artifact_id", None))
+            return self.app.jobs.submit(tenant, kind, params.model_dump(mode="json", exclude_none=True),
+                                        request.idempotency_key)
+        return convert.job(await asyncio.to_thread(work))
+
+    async def StartGuardTrainingJob(self, request, context):
+        tenant = current_tenant()
+        raw: dict[str, Any] = {"model_name": request.model_name or "guard",
+                               "kind": convert.enum_of(KINDS, request.kind, "kind"),
+                               **self._optional(request, ("l2", "max_iter", "epochs", "trainable_layers", "lr",
+                                                          "head_lr", "batch_size", "seed", "validation_fraction"))}
+        self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
+        params = parse_params(mp.GuardTrainParams, raw)
+        return pb.StartGuardTrainingJobResponse(job=await self._submit(tenant, "moderation.train_guard", params,
+                                                                       request))
 
     async def StartPolicyScorerTrainingJob(self, request, context):
         tenant = current_tenant()
-        params: dict[str, Any] = {"model_name": check_model_name(request.model_name or "policy-scorer", "model_name")}
-        if request.HasField("l2"):
-            if not 0 < request.l2 <= 10:
-                raise InvalidArgument("l2", "must be in (0, 10]")
-            params["l2"] = request.l2
-        if request.HasField("seed"):
-            params["seed"] = request.seed
-
-        def work():
-            self._dataset(tenant, request.dataset_artifact_id, request.format, params)
-            return self.app.jobs.submit(tenant, "moderation.train_policy_scorer", params, request.idempotency_key)
-        return pb.StartPolicyScorerTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
+        raw: dict[str, Any] = {"model_name": request.model_name or "policy-scorer",
+                               **self._optional(request, ("l2", "seed"))}
+        self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
+        params = parse_params(mp.PolicyScorerTrainParams, raw)
+        return pb.StartPolicyScorerTrainingJobResponse(job=await self._submit(
+            tenant, "moderation.train_policy_scorer", params, request))
 
     async def StartCalibrationJob(self, request, context):
-        from services.moderation.jobs import CalibrationParams  # noqa: PLC0415
-
         tenant = current_tenant()
-        extra = convert.from_struct(request.extra_params) if request.HasField("extra_params") else {}
-        own = {"guard_model_version_id", "model_name", "dataset_artifact_id", "format", "alpha", "metric",
-               "tolerance", "c", "group_field"}
-        if clash := sorted(set(extra) & own):
-            raise InvalidArgument(f"extra_params.{clash[0]}", "set by its own request field")
-        extra = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in extra.items()}  # Struct
-        params: dict[str, Any] = {**extra, "model_name": check_model_name(request.model_name or "guard-conformal",
-                                                                           "model_name")}
-        if request.HasField("alpha"):
-            params["alpha"] = request.alpha
+        extra = self._extra(request, {"guard_model_version_id", "model_name", "dataset_artifact_id", "format",
+                                      "alpha", "metric", "tolerance", "c", "group_field"})
+        raw: dict[str, Any] = {**extra, "model_name": request.model_name or "guard-conformal",
+                               **self._optional(request, ("alpha", "tolerance"))}
         if request.metric != pb.FAIRNESS_METRIC_UNSPECIFIED:
-            params["metric"] = convert.enum_of(METRICS, request.metric, "metric")
-        if request.HasField("tolerance"):
-            params["tolerance"] = request.tolerance
+            raw["metric"] = convert.enum_of(METRICS, request.metric, "metric")
         if request.group_field:
-            params["group_field"] = request.group_field
+            raw["group_field"] = request.group_field
         if not request.dataset_artifact_id:
             raise InvalidArgument("dataset_artifact_id", "required: guard JSONL rows with a group column")
+        paths = {k: f"extra_params.{k}" for k in extra}
 
-        def work():
+        def resolve():
             row = self.guards.resolve(ref_key(tenant, request.guard_model, self.config.default_guard), "guard_model")
-            self._dataset(tenant, request.dataset_artifact_id, request.format, params)
-            params["guard_model_version_id"] = str(row["id"])
-            self._check_params(CalibrationParams.parse, params, set(extra))
-            return self.app.jobs.submit(tenant, "moderation.calibrate", params, request.idempotency_key)
-        return pb.StartCalibrationJobResponse(job=convert.job(await asyncio.to_thread(work)))
+            self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
+            raw["guard_model_version_id"] = str(row["id"])
+            return parse_params(mp.CalibrationParams, raw, field_paths=paths)
+        params = await asyncio.to_thread(resolve)
+        return pb.StartCalibrationJobResponse(job=await self._submit(tenant, "moderation.calibrate", params, request))
 
     async def StartDistillationJob(self, request, context):
-        from services.moderation.jobs import DistillParams  # noqa: PLC0415
-
         tenant = current_tenant()
-        extra = convert.from_struct(request.extra_params) if request.HasField("extra_params") else {}
-        if clash := sorted(set(extra) & {"teacher_model_version_id", "model_name", "dataset_artifact_id", "format",
-                                         "augment"}):
-            raise InvalidArgument(f"extra_params.{clash[0]}", "set by its own request field")
-        extra = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in extra.items()}  # Struct
-        params: dict[str, Any] = {**extra, "model_name": check_model_name(request.model_name or "guard-student",
-                                                                           "model_name")}
-        if request.HasField("augment"):
-            params["augment"] = request.augment
+        extra = self._extra(request, {"teacher_model_version_id", "model_name", "dataset_artifact_id", "format",
+                                      "augment"})
+        raw: dict[str, Any] = {**extra, "model_name": request.model_name or "guard-student",
+                               **self._optional(request, ("augment",))}
+        paths = {k: f"extra_params.{k}" for k in extra}
 
-        def work():
+        def resolve():
             row = self.guards.resolve(ref_key(tenant, request.teacher_model, self.config.default_guard),
                                       "teacher_model")
-            self._dataset(tenant, request.dataset_artifact_id, request.format, params)
-            params["teacher_model_version_id"] = str(row["id"])
-            self._check_params(DistillParams.parse, params, set(extra))
-            return self.app.jobs.submit(tenant, "moderation.distill", params, request.idempotency_key)
-        return pb.StartDistillationJobResponse(job=convert.job(await asyncio.to_thread(work)))
-
-    @staticmethod
-    def _check_params(parse, params: dict[str, Any], extra_keys: set[str]) -> None:
-        """Validate with the job's own parser now, naming request fields ("params.x" -> "x" or "extra_params.x")."""
-        try:
-            parse(dict(params))
-        except InvalidArgument as exc:
-            raise InvalidArgument(violations=[FieldViolation(
-                ("extra_params." if v.field.removeprefix("params.").split(".")[0] in extra_keys else "")
-                + v.field.removeprefix("params."), v.description) for v in exc.violations], reason=exc.reason) from None
+            self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
+            raw["teacher_model_version_id"] = str(row["id"])
+            return parse_params(mp.DistillParams, raw, field_paths=paths)
+        params = await asyncio.to_thread(resolve)
+        return pb.StartDistillationJobResponse(job=await self._submit(tenant, "moderation.distill", params, request))
 
 
 def register(server: grpc.aio.Server, app: AppContext) -> list[str]:

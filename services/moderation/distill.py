@@ -4,7 +4,9 @@ Student ("guard.student"): a bag-of-n-grams network trained from scratch, fastTe
   tokens      lower-cased words ([a-z0-9']+); features = word unigrams and bigrams looked up in a vocabulary built
               offline from the training texts (ids 0..V-1), plus hashed character 3-grams of every word (ids
               V..V+B-1, blake2b), so unseen words still land on shared sub-word features;
-  network     EmbeddingBag(mean, dim) -> concat role bit (response = 1) -> Linear(dim+1, hidden) -> ReLU, then heads
+  network     EmbeddingBag(mean, dim) of the text e, and of the prompt a response answers c (the same bag; zero
+              when there is none) -> [e, role bit (response = 1), c, has-prompt bit] -> Linear(2*dim+2, hidden) -> ReLU
+              (so a response is judged with its prompt, as the teacher does), then heads
               unsafe   2 logits (safe, unsafe) as HarmAug's num_labels=2 sequence classifier
               topics   11 logits (multi-label)
               severity 11 x 4 "severity >= k" logits, slope shared across k plus one bias per k (the teacher's form);
@@ -41,11 +43,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.moderation.guard import validate_roles
+from services.moderation.guard import context_mask, validate_roles
 from services.moderation.taxonomy import MAX_SEVERITY, N_TOPICS, TOPICS
 
 STUDENT_KIND = "guard.student"
-STUDENT_SPEC = "bag-of-ngrams/v1"
+STUDENT_SPEC = "bag-of-ngrams+prompt-context/v2"
 _WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -148,17 +150,22 @@ class StudentNet(nn.Module):
     def __init__(self, n_ids: int, cfg: StudentConfig):
         super().__init__()
         self.emb = nn.EmbeddingBag(n_ids, cfg.dim, mode="mean")
-        self.hidden = nn.Linear(cfg.dim + 1, cfg.hidden)
+        self.hidden = nn.Linear(2 * cfg.dim + 2, cfg.hidden)
         self.unsafe = nn.Linear(cfg.hidden, 2)
         self.topics = nn.Linear(cfg.hidden, N_TOPICS)
         self.sev = nn.Linear(cfg.hidden, N_TOPICS, bias=False)
         self.sev_b = nn.Parameter(torch.tensor(np.tile([1.4, -0.2, -1.4, -2.9], (N_TOPICS, 1)), dtype=torch.float32))
         nn.init.normal_(self.emb.weight, std=0.1)
 
-    def forward(self, flat: torch.Tensor, offsets: torch.Tensor, roles: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, flat: torch.Tensor, offsets: torch.Tensor, roles: torch.Tensor,
+                cflat: torch.Tensor | None = None, coffsets: torch.Tensor | None = None,
+                has: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         e = self.emb(flat, offsets)
-        h = torch.relu(self.hidden(torch.cat([e, roles[:, None].to(e.dtype)], dim=1)))
+        if cflat is None:
+            c, hb = torch.zeros_like(e), torch.zeros(e.shape[0], 1, dtype=e.dtype)
+        else:
+            c, hb = self.emb(cflat, coffsets) * has[:, None].to(e.dtype), has[:, None].to(e.dtype)
+        h = torch.relu(self.hidden(torch.cat([e, roles[:, None].to(e.dtype), c, hb], dim=1)))
         return self.unsafe(h), self.topics(h), self.sev(h).unsqueeze(-1) + self.sev_b
 
 
@@ -201,27 +208,45 @@ class StudentGuard:
             h.update(v.contiguous().numpy().tobytes())
         return "sha256:" + h.hexdigest()[:16]
 
-    def logits(self, texts: Sequence[str], roles: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    kind = STUDENT_KIND
+
+    @property
+    def version(self) -> str:
+        """The content fingerprint (computed once: the weights of a loaded student never change)."""
+        if getattr(self, "_version", None) is None:
+            self._version = self.fingerprint()
+        return self._version
+
+    def logits(self, texts: Sequence[str], roles: Sequence[str], contexts: Sequence[str | None] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         r = torch.from_numpy(validate_roles(roles, len(texts)))
         flat, offsets = pack([self.vocab.encode(t) for t in texts])
-        return self.net(flat, offsets, r)
+        mask = context_mask(roles, contexts)
+        if not mask.any():
+            return self.net(flat, offsets, r)
+        cflat, coffsets = pack([self.vocab.encode(c) if m else [] for c, m in zip(contexts, mask)])
+        return self.net(flat, offsets, r, cflat, coffsets, torch.from_numpy(mask.astype(np.float32)))
 
-    def predict_proba(self, texts: Sequence[str], roles: Sequence[str]) -> dict[str, np.ndarray]:
+    def predict_proba(self, texts: Sequence[str], roles: Sequence[str],
+                      contexts: Sequence[str | None] | None = None) -> dict[str, np.ndarray]:
         """Row by row, so a text's output never depends on its batch (as the teacher)."""
         validate_roles(roles, len(texts))
+        context_mask(roles, contexts)
+        cs = list(contexts) if contexts is not None else [None] * len(texts)
         rows = []
         with torch.inference_mode():
-            for t, r in zip(texts, roles, strict=True):
-                rows.append(_probabilities(*self.logits([t], [r])))
+            for t, r, c in zip(texts, roles, cs, strict=True):
+                rows.append(_probabilities(*self.logits([t], [r], [c])))
         if not rows:
             return {"unsafe": np.zeros(0), "topics": np.zeros((0, N_TOPICS)),
                     "severity_ge": np.zeros((0, N_TOPICS, MAX_SEVERITY)), "severity": np.zeros((0, N_TOPICS), int)}
         return {k: np.concatenate([x[k] for x in rows]) for k in rows[0]}
 
-    def predict_proba_batched(self, texts: Sequence[str], roles: Sequence[str]) -> dict[str, np.ndarray]:
+    def predict_proba_batched(self, texts: Sequence[str], roles: Sequence[str],
+                              contexts: Sequence[str | None] | None = None) -> dict[str, np.ndarray]:
         """One batched forward: faster for many texts; may differ from predict_proba in the last bits."""
         with torch.inference_mode():
-            return _probabilities(*self.logits(texts, roles))
+            return _probabilities(*self.logits(texts, roles, contexts))
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -247,6 +272,8 @@ class DistillData:
     soft: np.ndarray        # [N] teacher P(unsafe)
     t_topics: np.ndarray    # [N, 11]
     t_sev_ge: np.ndarray    # [N, 11, 4]
+    ctx_ids: list[list[int]] | None = None   # ids of each row's prompt context ([] when none)
+    has_ctx: np.ndarray | None = None        # [N] float 0/1
 
 
 class StudentTrainer:
@@ -277,7 +304,12 @@ class StudentTrainer:
         for k in range(0, len(order), self.tc.batch_size):
             idx = order[k:k + self.tc.batch_size]
             flat, offsets = pack([d.ids[i] for i in idx])
-            u, t, s = self.net(flat, offsets, torch.from_numpy(d.roles[idx]))
+            if d.ctx_ids is not None and d.has_ctx is not None and d.has_ctx[idx].any():
+                cflat, coffsets = pack([d.ctx_ids[i] for i in idx])
+                u, t, s = self.net(flat, offsets, torch.from_numpy(d.roles[idx]), cflat, coffsets,
+                                   torch.from_numpy(d.has_ctx[idx]))
+            else:
+                u, t, s = self.net(flat, offsets, torch.from_numpy(d.roles[idx]))
             loss = harmaug_loss(u, torch.from_numpy(d.hard[idx]), torch.from_numpy(d.soft[idx]).float())
             if self.tc.aux_weight:
                 loss = loss + self.tc.aux_weight * aux_loss(t, s, torch.from_numpy(d.t_topics[idx]),
@@ -305,18 +337,21 @@ class StudentTrainer:
 
 
 def encode_data(vocab: Vocabulary, texts: Sequence[str], roles: Sequence[str], hard: np.ndarray,
-                teacher: dict[str, np.ndarray]) -> DistillData:
+                teacher: dict[str, np.ndarray], contexts: Sequence[str | None] | None = None) -> DistillData:
+    mask = context_mask(roles, contexts)
+    ctx_ids = [vocab.encode(c) if m else [] for c, m in zip(contexts, mask)] if mask.any() else None
     return DistillData(ids=[vocab.encode(t) for t in texts], roles=validate_roles(roles, len(texts)).astype(np.float32),
                        hard=np.asarray(hard, dtype=np.int64), soft=np.asarray(teacher["unsafe"], dtype=np.float64),
                        t_topics=np.asarray(teacher["topics"], dtype=np.float32),
-                       t_sev_ge=np.asarray(teacher["severity_ge"], dtype=np.float32))
+                       t_sev_ge=np.asarray(teacher["severity_ge"], dtype=np.float32),
+                       ctx_ids=ctx_ids, has_ctx=mask.astype(np.float32) if mask.any() else None)
 
 
 def train_student(texts: Sequence[str], roles: Sequence[str], hard: np.ndarray, teacher: dict[str, np.ndarray],
-                  cfg: StudentConfig, tc: TrainConfig) -> StudentGuard:
+                  cfg: StudentConfig, tc: TrainConfig, contexts: Sequence[str | None] | None = None) -> StudentGuard:
     """Convenience (benchmarks, tests): vocabulary from `texts`, then tc.epochs epochs, no checkpoints."""
     vocab = Vocabulary.build(texts, buckets=cfg.buckets, min_count=cfg.min_count, max_size=cfg.max_vocab)
-    d = encode_data(vocab, texts, roles, hard, teacher)
+    d = encode_data(vocab, texts, roles, hard, teacher, contexts)
     tr = StudentTrainer(vocab, cfg, tc, len(texts))
     for e in range(tc.epochs):
         tr.train_epoch(d, e)

@@ -1,9 +1,14 @@
 """The guard model: a MiniLM sentence encoder with linear heads for BingoGuard-style moderation.
 
-Features (spec FEATURE_SPEC): e = mean-pooled, L2-normalised MiniLM embedding of the text (384); r = 1 for the
-"response" role, 0 for "prompt";  phi(text, role) = [e, r * e, r]  (FEATURE_DIM = 769). One set of linear heads over
-phi therefore has a shared part and a response-specific part: prompt and response are classified separately while
-sharing statistical strength. All heads are plain logistic outputs over phi (float64):
+Features (spec FEATURE_SPEC, v2): e = mean-pooled, L2-normalised MiniLM embedding of the text (384); r = 1 for the
+"response" role, 0 for "prompt"; c = the embedding of the prompt a response answers (BingoGuard judges a response
+together with its prompt), zero when there is none (and for prompts); h = 1 when c is present.
+
+    phi(text, role, context) = [e, r * e, r, c, c * e, h]          (FEATURE_DIM = 4 * 384 + 2 = 1538)
+
+One set of linear heads over phi therefore has a shared part, a response-specific part and a context part: the
+elementwise product c * e lets a response's verdict depend on what was asked ("Sure, here is how" after a weapon
+request vs after a cooking question). All heads are plain logistic outputs over phi (float64):
 
     unsafe       P(unsafe)            = sigmoid(phi . unsafe_w[0] + unsafe_b[0])
     topics       P(topic t)           = sigmoid(phi . topic_w[t] + topic_b[t])          t = S1..S11 (multi-label)
@@ -11,6 +16,12 @@ sharing statistical strength. All heads are plain logistic outputs over phi (flo
                  (a slope shared across k, one bias per k: four binary "severity >= k" logits per topic). The
                  reported P(>= k) is the running minimum over k, so it is non-increasing in k by construction, and
                  the predicted level is #{k : P(>= k) >= 0.5} -- a threshold at level k blocks every level >= k.
+
+Registered format (stable; other services read it): tensors "heads.unsafe_w" [1, D], "heads.unsafe_b" [1],
+"heads.topic_w" [11, D], "heads.topic_b" [11], "heads.sev_w" [11, D], "heads.sev_b" [11, 4] (float64), plus
+"encoder.<parameter>" for the fine-tuned encoder layers of kind "finetune"; config keys "kind", "feature_spec",
+"feature_dim", "topics", "encoder" {name, sha256, max_tokens}, "l2", and "decision_defaults" {unsafe_threshold,
+topic_threshold, default_level, target_false_block_rate, ...} (the defaults chosen on validation, decision.py).
 
 Kinds:
   "frozen_linear"  encoder frozen (the packaged model, identified by its sha256); heads fitted by Newton's method
@@ -21,7 +32,7 @@ Kinds:
                    warm-started from the frozen_linear solution). Not certifiable; usually more accurate.
 
 API for other engineers (conformal calibration, HarmAug distillation):
-  GuardModel.features(texts, roles) -> float64 [N, 769]
+  GuardModel.features(texts, roles, contexts=None) -> float64 [N, 1538]
   GuardModel.predict_proba(texts, roles) -> {"unsafe": [N], "topics": [N, 11], "severity_ge": [N, 11, 4],
                                             "severity": int [N, 11]}
   GuardModel.predict_from_features(phi) -> the same dict from precomputed features
@@ -54,8 +65,8 @@ from services.moderation.taxonomy import (
     TOPICS,
 )
 
-FEATURE_SPEC = "minilm-l6-mean-l2norm+role-interaction/v1"
-FEATURE_DIM = 2 * EMBED_DIM + 1
+FEATURE_SPEC = "minilm-l6-mean-l2norm+role-interaction+prompt-context/v2"
+FEATURE_DIM = 4 * EMBED_DIM + 2
 N_LEVELS = MAX_SEVERITY  # the four "severity >= k" logits, k = 1..4
 KINDS = ("frozen_linear", "finetune")
 # Severity biases of a topic with no severity labels at all: P(>=k) = .8, .45, .2, .05 (predicts level 1).
@@ -73,11 +84,39 @@ def validate_roles(roles: Sequence[str], n: int, field: str = "roles") -> np.nda
     return r
 
 
-def role_features(emb: np.ndarray, roles: Sequence[str]) -> np.ndarray:
-    """phi = [e, r*e, r] in float64 from embeddings [N, 384] and roles."""
+def role_features(emb: np.ndarray, roles: Sequence[str], context_emb: np.ndarray | None = None,
+                  has_context: Sequence[bool] | np.ndarray | None = None) -> np.ndarray:
+    """phi = [e, r*e, r, c, c*e, h] in float64 from embeddings [N, 384], roles and (optionally) the embeddings
+    [N, 384] of each row's prompt context with a mask of the rows that have one (rows without: c = 0, h = 0)."""
     r = validate_roles(roles, emb.shape[0])[:, None]
     e = emb.astype(np.float64)
-    return np.concatenate([e, r * e, r], axis=1)
+    n = e.shape[0]
+    c = np.zeros_like(e)
+    h = np.zeros((n, 1))
+    if context_emb is not None:
+        mask = np.ones(n, dtype=bool) if has_context is None else np.asarray(has_context, dtype=bool)
+        c[mask] = context_emb.astype(np.float64)[mask]
+        h[mask, 0] = 1.0
+    return np.concatenate([e, r * e, r, c, c * e, h], axis=1)
+
+
+def context_mask(roles: Sequence[str], contexts: Sequence[str | None] | None, field: str = "contexts") -> np.ndarray:
+    """Rows that carry a prompt context (responses only; a prompt's context is an error)."""
+    n = len(roles)
+    if contexts is None:
+        return np.zeros(n, dtype=bool)
+    if len(contexts) != n:
+        raise InvalidArgument(field, f"expected {n} contexts, got {len(contexts)}")
+    out = np.zeros(n, dtype=bool)
+    for i, (role, c) in enumerate(zip(roles, contexts)):
+        if c is None:
+            continue
+        if not isinstance(c, str) or not c.strip():
+            raise InvalidArgument(f"{field}[{i}]", "a prompt context must be a non-empty text")
+        if role != "response":
+            raise InvalidArgument(f"{field}[{i}]", "only a response is judged with a prompt as context")
+        out[i] = True
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ heads
@@ -336,11 +375,22 @@ class GuardModel:
         return cls(kind, heads, config, encoder, encoder_tensors=enc_t, version=version)
 
     # -- features and predictions
-    def features(self, texts: Sequence[str], roles: Sequence[str]) -> np.ndarray:
-        """phi(text, role) float64 [N, FEATURE_DIM]; canonical (bit-reproducible, see encoder.py)."""
-        roles_arr = validate_roles(roles, len(texts))
-        del roles_arr
-        return role_features(self.encoder.embed(list(texts)), roles)
+    def features(self, texts: Sequence[str], roles: Sequence[str],
+                 contexts: Sequence[str | None] | None = None) -> np.ndarray:
+        """phi(text, role, context) float64 [N, FEATURE_DIM]; canonical (each text encoded alone, bit-reproducible,
+        see encoder.py). contexts[i]: the prompt response i answers, or None."""
+        validate_roles(roles, len(texts))
+        mask = context_mask(roles, contexts)
+        ctx_emb = None
+        if mask.any():
+            ctx_emb = np.zeros((len(texts), EMBED_DIM), dtype=np.float32)
+            ctx_emb[mask] = self.encoder.embed([c for c, m in zip(contexts, mask) if m])
+        return role_features(self.encoder.embed(list(texts)), roles, ctx_emb, mask)
+
+    def features_from_embeddings(self, emb: np.ndarray, roles: Sequence[str], ctx_emb: np.ndarray | None = None,
+                                 has_context: np.ndarray | None = None) -> np.ndarray:
+        """phi from precomputed embeddings of this guard's encoder (the engine encodes once, batched)."""
+        return role_features(emb, roles, ctx_emb, has_context)
 
     def logits_from_features(self, phi: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
                                                                            torch.Tensor]:
@@ -362,10 +412,11 @@ class GuardModel:
                     "severity_ge": np.zeros((0, N_TOPICS, N_LEVELS)), "severity": np.zeros((0, N_TOPICS), int)}
         return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
-    def predict_proba(self, texts: Sequence[str], roles: Sequence[str]) -> dict[str, np.ndarray]:
+    def predict_proba(self, texts: Sequence[str], roles: Sequence[str],
+                      contexts: Sequence[str | None] | None = None) -> dict[str, np.ndarray]:
         """{"unsafe": [N], "topics": [N, 11], "severity_ge": [N, 11, 4] (non-increasing in k),
-        "severity": int [N, 11] (0..4)} for whole texts (no sentence windows; see decision.py for those)."""
-        return self.predict_from_features(self.features(texts, roles))
+        "severity": int [N, 11] (0..4)} for whole texts (no chunking; see decision.py for that)."""
+        return self.predict_from_features(self.features(texts, roles, contexts))
 
     def linear_heads(self) -> dict[str, dict[str, np.ndarray]]:
         """The linear heads in plain numpy: {"unsafe": {"weight": [1, D], "bias": [1]},
@@ -455,18 +506,25 @@ class FinetuneTrainer:
         reg = sum(p.pow(2).sum() for p in self.head_params)
         return loss + 0.5 * self.l2 * reg
 
-    def train_epoch(self, texts: Sequence[str], roles: Sequence[str], y: Targets, epoch: int) -> float:
+    def train_epoch(self, texts: Sequence[str], roles: Sequence[str], y: Targets, epoch: int,
+                    contexts: Sequence[str | None] | None = None) -> float:
         g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
         order = torch.randperm(len(texts), generator=g).numpy()
         r = torch.from_numpy(validate_roles(roles, len(texts)))
+        has = torch.from_numpy(context_mask(roles, contexts).astype(np.float64))
         total = 0.0
         cw = self.topic_class_weights(y)
         for k in range(0, len(order), self.batch_size):
             idx = order[k:k + self.batch_size]
             batch = self.enc.tokenize([texts[i] for i in idx], padding=True)
             e = self.enc.forward(batch).to(torch.float64)
-            ri = r[idx][:, None]
-            phi = torch.cat([e, ri * e, ri], dim=1)
+            ri, hi = r[idx][:, None], has[idx][:, None]
+            c = torch.zeros_like(e)
+            sel = [j for j, i in enumerate(idx) if has[i] > 0]
+            if sel:  # the prompt contexts go through the same (trainable) encoder
+                cb = self.enc.tokenize([contexts[idx[j]] for j in sel], padding=True)
+                c[sel] = self.enc.forward(cb).to(torch.float64)
+            phi = torch.cat([e, ri * e, ri, c, c * e, hi], dim=1)
             loss = self._loss(phi, y.subset(idx), cw)
             self.opt.zero_grad()
             loss.backward()

@@ -5,8 +5,11 @@
     [BLOCKED] Helping someone build a weapon.
     [ALLOWED] Discussing weapon laws.
 
-Every rule is encoded on its own (text "<chunk name>: <rule>", canonical MiniLM embedding), every content sentence
-on its own, and a learned scorer gives P(sentence matches rule) from the pair features
+Every rule is encoded on its own (text "<chunk name>: <rule>", or "<chunk name> (<core value>): <rule>" when the
+chunk states a core value, so the core value shapes what each of its rules matches; canonical MiniLM embedding),
+every content sentence on its own (a response checked with its prompt: each sentence embedding is mixed with the
+prompt's, normalize(s + CONTEXT_WEIGHT * p) -- a simplification of judging the pair, so that "Sure, here is how."
+after a weapon request matches the weapon rules; the scorer itself is trained on sentences alone), and a learned scorer gives P(sentence matches rule) from the pair features
 [s * r, |s - r|, s . r] (a logistic model fitted by Newton's method; trained with the 11 BingoGuard topic rubrics as
 rules, see `train_policy_scorer`). A chunk is checked against the content on its own: the verdict of a chunk depends
 only on the content, that chunk and the scorer, never on the order or number of other chunks or policies.
@@ -38,6 +41,7 @@ MAX_RULE_CHARS = 500
 MAX_NAME_CHARS = 200
 SCORER_FEATURE_SPEC = "pair[s*r,|s-r|,s.r]/minilm-l6/v1"
 SCORER_DIM = 2 * EMBED_DIM + 1
+CONTEXT_WEIGHT = 0.5
 _ID = re.compile(r"^C[1-9][0-9]{0,3}$")
 
 
@@ -50,7 +54,8 @@ class PolicyChunk:
     allowed: tuple[str, ...] = ()
 
     def rule_texts(self, kind: str) -> list[str]:
-        return [f"{self.name}: {r}" for r in (self.blocked if kind == "blocked" else self.allowed)]
+        head = f"{self.name} ({self.core_value})" if self.core_value else self.name
+        return [f"{head}: {r}" for r in (self.blocked if kind == "blocked" else self.allowed)]
 
 
 @dataclass(frozen=True)
@@ -276,7 +281,8 @@ def _check_chunk(policy_id: str, chunk: PolicyChunk, content: str, spans: list[S
 
 
 def evaluate_policies(content: str, policies: Sequence[Policy], scorer: PolicyScorer, encoder: MiniLMEncoder,
-                      *, threshold: float = 0.5, field: str = "content") -> list[ChunkVerdict]:
+                      *, threshold: float = 0.5, field: str = "content", context: str | None = None
+                      ) -> list[ChunkVerdict]:
     """One verdict per chunk of every policy, in input order (multi-label). Each chunk is evaluated independently,
     so verdicts are bit-identical under any permutation or extension of `policies`."""
     validate_text(content, field)
@@ -284,5 +290,10 @@ def evaluate_policies(content: str, policies: Sequence[Policy], scorer: PolicySc
         raise InvalidArgument("threshold", "must be a probability strictly between 0 and 1")
     spans = split_sentences(content)
     s_emb = encoder.embed([content[s.start:s.end] for s in spans])
+    if context is not None:
+        validate_text(context, "prompt")
+        c = encoder.embed([context])[0].astype(np.float64)
+        mixed = s_emb.astype(np.float64) + CONTEXT_WEIGHT * c[None, :]
+        s_emb = (mixed / np.linalg.norm(mixed, axis=1, keepdims=True)).astype(np.float32)
     return [_check_chunk(p.policy_id, c, content, spans, s_emb, scorer, encoder, float(threshold))
             for p in policies for c in p.chunks]

@@ -56,6 +56,11 @@ def _chunks_json(policy: Policy) -> list[dict[str, Any]]:
              "allowed": list(c.allowed)} for c in policy.chunks]
 
 
+def _opt_float(v) -> float | None:
+    """NULL: the served model's decision default (migration 0010)."""
+    return None if v is None else float(v)
+
+
 class ModerationStore:
     """Thresholds (with a short per-process cache) and policies of every tenant."""
 
@@ -80,7 +85,7 @@ class ModerationStore:
             out = StoredThresholds(Thresholds(), True, None)
         else:
             out = StoredThresholds(Thresholds(tuple(int(row["levels"][t]) for t in TOPICS),
-                                              float(row["unsafe_threshold"]), float(row["topic_threshold"]),
+                                              _opt_float(row["unsafe_threshold"]), _opt_float(row["topic_threshold"]),
                                               bool(row["block_unspecified"])), False, row["updated_at"])
         with self._lock:
             if len(self._cache) > 100_000:

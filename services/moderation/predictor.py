@@ -1,19 +1,22 @@
-"""The guard as a kserve.Model (Open Inference Protocol v2), for KServe InferenceServices and `praxon predictor
-moderation --tenant T --model guard@production`.
+"""The guard (or the distilled student) as a kserve.Model (Open Inference Protocol v2), for KServe
+InferenceServices and `praxon predictor moderation --tenant T --model guard@production`.
 
-Inputs:   "text"  BYTES [N]  UTF-8 texts (required)
-          "role"  BYTES [N]  "prompt" | "response" (optional; default "prompt")
-Outputs:  "unsafe_score"  FP64  [N]      P(unsafe), max over the text's sentence windows
-          "topic_scores"  FP64  [N, 11]  P(topic) for S1..S11, max over windows
+Inputs:   "text"    BYTES [N]  UTF-8 texts (required)
+          "role"    BYTES [N]  "prompt" | "response" (optional; default "prompt")
+          "prompt"  BYTES [N]  for a response: the prompt it answers ("" = none); optional
+Outputs:  "unsafe_score"  FP64  [N]      P(unsafe), max over the text's chunks
+          "topic_scores"  FP64  [N, 11]  P(topic) for S1..S11, max over chunks
           "severity"      INT32 [N, 11]  severity level 0..4 per topic (0 when the topic is absent)
-          "blocked"       BOOL  [N]      decision under the tenant's thresholds at load time
-Response parameters: model_version (the fingerprint), model_version_id; output "topic_scores" carries the topic
-ids in its "topics" parameter. The numbers equal ModerationService.Moderate's for the same model and thresholds."""
+          "blocked"       BOOL  [N]      decision under the tenant's thresholds now (cached <= thresholds_ttl_s)
+Response parameters: model_version (the fingerprint), model_version_id, registry_version, model_kind; output
+"topic_scores" carries the topic ids in its "topics" parameter.
+
+It answers through the service's ModerationEngine, the servicer's serving path: the same model cache (a reference
+by alias follows alias moves, with hot swap), the same tenant thresholds and the same dynamic batcher, so its
+answers equal ModerationService.Moderate's for the same inputs (within decision.SCORE_TOLERANCE under batching)."""
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,9 +25,9 @@ from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from services.common.errors import InvalidArgument
-from services.moderation.decision import Thresholds, moderate_batch
+from services.common.serving import RefKey
+from services.moderation.decision import Item
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.serving import VersionInfo
 from services.moderation.taxonomy import N_TOPICS, ROLES, TOPICS
 
 MAX_ITEMS = 1024
@@ -50,22 +53,21 @@ def _strings(inp, name: str, n: int | None = None) -> list[str]:
 
 
 class GuardPredictor(Model):
-    """Serves one guard version. `loader()` -> (GuardModel, VersionInfo, Thresholds) runs in load()."""
+    """Serves a model reference of one tenant through a ModerationEngine (engine.py)."""
 
-    def __init__(self, name: str, *, loader: Callable[[], tuple[Any, VersionInfo, Thresholds]] | None = None,
-                 guard: Any = None, info: VersionInfo | None = None, thresholds: Thresholds | None = None):
+    def __init__(self, name: str, engine: Any, tenant_id: str, key: RefKey):
         super().__init__(name)
-        self._loader = loader
-        self.guard, self.info, self.thresholds = guard, info, thresholds or Thresholds()
-        self.ready = guard is not None
+        self.engine, self.tenant_id, self.key = engine, tenant_id, key
+        self.ready = False
+        self.last_info = None
 
     def load(self) -> bool:
-        if self.guard is None:
-            self.guard, self.info, self.thresholds = self._loader()
+        """Resolve and load the reference now (blocking): ModelServer.start() serves only ready models."""
+        self.engine.guards.resolve(self.key)  # MODEL_NOT_REGISTERED early
         self.ready = True
         return self.ready
 
-    def parse(self, payload: InferRequest) -> tuple[list[str], list[str]]:
+    def parse(self, payload: InferRequest) -> list[Item]:
         if not isinstance(payload, InferRequest):
             raise InvalidInput("expected an Open Inference Protocol v2 request")
         text_in = payload.get_input_by_name("text")
@@ -86,67 +88,62 @@ class GuardPredictor(Model):
         for i, r in enumerate(roles):
             if r not in ROLES:
                 raise InvalidInput(f"role[{i}] must be one of {list(ROLES)}")
-        return texts, roles
-
-    def infer(self, texts: list[str], roles: list[str]) -> dict[str, np.ndarray]:
-        try:
-            results = moderate_batch(self.guard, texts, roles, self.thresholds)
-        except InvalidArgument as exc:  # validated above; kept as a client error all the same
-            raise InvalidInput(exc.message) from None
-        return {"unsafe_score": np.array([r.unsafe_score for r in results], dtype=np.float64),
-                "topic_scores": np.array([[t.score for t in r.topics] for r in results], dtype=np.float64),
-                "severity": np.array([[t.severity for t in r.topics] for r in results], dtype=np.int32),
-                "blocked": np.array([r.blocked for r in results], dtype=bool)}
+        prompt_in = payload.get_input_by_name("prompt")
+        prompts = _strings(prompt_in, "prompt", len(texts)) if prompt_in is not None else [""] * len(texts)
+        for i, (r, p) in enumerate(zip(roles, prompts, strict=True)):
+            if p and r != "response":
+                raise InvalidInput(f"prompt[{i}] given for a prompt: only a response is judged with a prompt")
+            if p and (not p.strip() or len(p) > MAX_TEXT_CHARS):
+                raise InvalidInput(f"prompt[{i}] must be a non-empty text of at most {MAX_TEXT_CHARS} characters")
+        return [Item(t, r, p or None) for t, r, p in zip(texts, roles, prompts, strict=True)]
 
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:
         if not self.ready:
             self.load()
-        texts, roles = self.parse(payload)
-        out = await asyncio.to_thread(self.infer, texts, roles)
-        n = len(texts)
+        items = self.parse(payload)
+        try:
+            loaded, results = await self.engine.moderate(self.tenant_id, self.key, items)
+        except InvalidArgument as exc:  # validated above; kept as a client error all the same
+            raise InvalidInput(exc.message) from None
+        self.last_info = loaded.info
+        n = len(items)
+        out = {"unsafe_score": np.array([r.unsafe_score for r in results], dtype=np.float64),
+               "topic_scores": np.array([[t.score for t in r.topics] for r in results], dtype=np.float64),
+               "severity": np.array([[t.severity for t in r.topics] for r in results], dtype=np.int32),
+               "blocked": np.array([r.blocked for r in results], dtype=bool)}
         outputs = []
         for name, dtype, shape in (("unsafe_score", "FP64", [n]), ("topic_scores", "FP64", [n, N_TOPICS]),
                                    ("severity", "INT32", [n, N_TOPICS]), ("blocked", "BOOL", [n])):
             o = InferOutput(name=name, shape=shape, datatype=dtype,
-                            parameters={"topics": ",".join(TOPICS)} if name != "unsafe_score" and
-                            name != "blocked" else None)
+                            parameters={"topics": ",".join(TOPICS)} if name in ("topic_scores", "severity")
+                            else None)
             o.set_data_from_numpy(out[name], binary_data=False)
             outputs.append(o)
-        params = {"model_version": self.guard.version}
-        if self.info is not None:
-            params.update(model_version_id=self.info.model_version_id, registry_version=str(self.info.version))
+        params = {"model_version": loaded.info.fingerprint, "model_version_id": loaded.info.model_version_id,
+                  "registry_version": str(loaded.info.version), "model_kind": str(loaded.config.get("kind", ""))}
         return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
-                             infer_outputs=outputs, model_version=self.guard.version, parameters=params)
+                             infer_outputs=outputs, model_version=loaded.info.fingerprint, parameters=params)
 
 
 def build(settings, tenant_id: str, model_ref: str) -> GuardPredictor:
-    """PREDICTORS["moderation"]: a loaded predictor for a registered guard ("name", "name:3" or "name@alias"; the
-    default alias "production", else the latest version), with the tenant's thresholds at load time."""
-    from services.common.serving import RefKey, parse_model_ref  # noqa: PLC0415
-    from services.moderation.serving import ServingConfig  # noqa: PLC0415
+    """PREDICTORS["moderation"]: a ready predictor for a registered guard or student of a tenant ("name", "name:3"
+    or "name@alias"; neither: the default alias "production", else the latest version), over a ModerationEngine
+    with its own database pool (thresholds and the registry)."""
+    from services.common import db  # noqa: PLC0415
+    from services.common.registry import Registry  # noqa: PLC0415
+    from services.common.serving import parse_model_ref  # noqa: PLC0415
+    from services.common.spec import service_settings  # noqa: PLC0415
+    from services.common.store import ArtifactStore  # noqa: PLC0415
+    from services.moderation.engine import ModerationEngine  # noqa: PLC0415
+    from services.moderation.policy_store import ModerationStore  # noqa: PLC0415
+    from services.moderation.settings import ServingConfig  # noqa: PLC0415
 
-    config = ServingConfig()
+    config = service_settings(settings, "moderation", ServingConfig)
     name, version, alias = parse_model_ref(model_ref, config.default_guard)
-
-    def loader():
-        from services.common import db  # noqa: PLC0415
-        from services.common.registry import Registry  # noqa: PLC0415
-        from services.common.serving import ModelCache  # noqa: PLC0415
-        from services.common.store import ArtifactStore  # noqa: PLC0415
-        from services.moderation.policy_store import ModerationStore  # noqa: PLC0415
-        from services.moderation.serving import build_guard  # noqa: PLC0415
-
-        pool = db.create_pool(settings, max_size=2)
-        try:
-            registry = Registry(pool, ArtifactStore(settings))
-            loaded = ModelCache(registry, build_guard, config, what="guard model").load_now(
-                RefKey(tenant_id, name, version, alias))
-            thresholds = ModerationStore(pool).get_thresholds(tenant_id).thresholds
-        finally:
-            pool.close()
-        return loaded.obj, loaded.info, thresholds
-
-    predictor = GuardPredictor("moderation", loader=loader)
-    predictor.load()  # ModelServer.start() only serves models that are ready
+    pool = db.create_pool(settings, max_size=4)
+    engine = ModerationEngine(Registry(pool, ArtifactStore(settings)),
+                              ModerationStore(pool, thresholds_ttl_s=config.thresholds_ttl_s), config)
+    predictor = GuardPredictor("moderation", engine, tenant_id, RefKey(tenant_id, name, version, alias))
+    predictor.load()
     return predictor

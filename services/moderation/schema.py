@@ -12,6 +12,7 @@ are skipped); errors name the field as ``rows[i].<field>``.
     severity  null (unknown; default) | int 0..4 applied to every listed topic | {"S1": 3, ...} with keys among
               `topics` (a listed topic without a key is unknown). A safe row's severities must be 0; an unsafe row
               with known severities must have at least one >= 1.
+    prompt    optional str, response rows only: the prompt the response answers (the response is judged with it)
     split     optional "train" | "validation" | "test"
     id, source  optional strings, kept for lineage.
 """
@@ -42,6 +43,7 @@ class GuardExample:
     split: str | None = None
     id: str | None = None
     source: str | None = None
+    prompt: str | None = None   # response rows: the prompt it answers (context of the response's verdict)
 
     @property
     def topics_known(self) -> bool:
@@ -51,7 +53,7 @@ class GuardExample:
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"text": self.text, "role": self.role, "unsafe": self.unsafe, "topics": list(self.topics),
                              "severity": dict(self.severity) if self.severity else None}
-        for k in ("split", "id", "source"):
+        for k in ("split", "id", "source", "prompt"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
         return d
@@ -123,10 +125,18 @@ def validate_row(obj: Any, i: int) -> tuple[GuardExample | None, list[FieldViola
     for k in ("id", "source"):
         if obj.get(k) is not None and not isinstance(obj.get(k), str):
             vs.append(FieldViolation(f"{p}.{k}", "must be a string"))
+    prompt = obj.get("prompt")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            vs.append(FieldViolation(f"{p}.prompt", "must be a non-empty string"))
+        elif len(prompt) > MAX_TEXT_CHARS:
+            vs.append(FieldViolation(f"{p}.prompt", f"longer than {MAX_TEXT_CHARS} characters"))
+        elif role != "response":
+            vs.append(FieldViolation(f"{p}.prompt", "only a response row has a prompt (the one it answers)"))
     if vs:
         return None, vs
     return GuardExample(text=text, role=role, unsafe=unsafe, topics=tuple(topics), severity=severity,
-                        split=split, id=obj.get("id"), source=obj.get("source")), []
+                        split=split, id=obj.get("id"), source=obj.get("source"), prompt=prompt), []
 
 
 def _lines(text: str) -> list[str]:
@@ -258,8 +268,10 @@ def import_bingoguard(data: bytes | str | Iterable[Mapping[str, Any]], *, split:
         lvl = _level(r.get("level", r.get("severity")))
         if lvl is None:
             raise InvalidArgument(f"rows[{i}].level", "expected level 0..4 (e.g. 'level_3' or 3)")
+        pr = r.get("prompt")
         ex, vs = validate_row({"text": text, "role": "response", "unsafe": lvl >= 1, "topics": [topic],
-                               "severity": lvl, "split": split, "source": "bingoguard"}, i)
+                               "severity": lvl, "split": split, "source": "bingoguard",
+                               "prompt": pr if isinstance(pr, str) and pr.strip() else None}, i)
         if vs:
             raise InvalidArgument(violations=vs)
         out.append(ex)
@@ -286,9 +298,11 @@ def import_wildguardmix(data: bytes | str | Iterable[Mapping[str, Any]], *, spli
             if label not in ("harmful", "unharmful"):
                 raise InvalidArgument(f"rows[{i}].{label_key}", "must be 'harmful', 'unharmful' or null")
             unsafe = label == "harmful"
+            pr = r.get("prompt") if role == "response" else None
             ex, vs = validate_row({"text": text, "role": role, "unsafe": unsafe,
                                    "topics": [topic] if (unsafe and topic) else [], "severity": None,
-                                   "split": split, "source": "wildguardmix"}, i)
+                                   "split": split, "source": "wildguardmix",
+                                   "prompt": pr if isinstance(pr, str) and pr.strip() else None}, i)
             if vs:
                 raise InvalidArgument(violations=vs)
             out.append(ex)

@@ -15,7 +15,8 @@ from services.common import serving
 from services.moderation.settings import ServingConfig
 from services.common.errors import FailedPrecondition
 from services.common.serving import parse_model_ref as parse_model_ref  # re-exported for the CLI
-from services.moderation.decision import ModerationResult, Thresholds, moderate_batch
+from services.moderation import decision
+from services.moderation.decision import ModerationResult, Thresholds
 
 
 @dataclass(frozen=True)
@@ -40,36 +41,34 @@ def loaded(obj: Any, fingerprint: str, config: dict, row: dict) -> Loaded:
 
 
 # ---------------------------------------------------------------------------------------------- batching
-Item = tuple[Any, str, str, Thresholds]  # (guard, text, role, thresholds)
+Item = tuple[Any, decision.Item, Thresholds]  # (model, text + role + prompt, thresholds)
 
 
 def run_grouped(items: Sequence[Item]) -> list[ModerationResult | BaseException]:
-    """moderate_batch over items grouped by (guard, thresholds), in input order. A failing group is retried item by
-    item so that one bad text fails only its own request. Each text is encoded on its own (encoder.embed), so a
-    result never depends on what else was in the batch."""
+    """moderate_items over items grouped by (model, thresholds), in input order, each group in padded batches of
+    the encoder (one forward per chunk; see decision.SCORE_TOLERANCE for the parity this keeps). A failing group is
+    retried item by item so that one bad text fails only its own request."""
     groups: dict[tuple[int, Thresholds], list[int]] = {}
-    for i, (guard, _, _, th) in enumerate(items):
-        groups.setdefault((id(guard), th), []).append(i)
+    for i, (model, _, th) in enumerate(items):
+        groups.setdefault((id(model), th), []).append(i)
     out: list[Any] = [None] * len(items)
     for (_, th), idx in groups.items():
-        guard = items[idx[0]][0]
+        model = items[idx[0]][0]
         try:
-            res = moderate_batch(guard, [items[i][1] for i in idx], [items[i][2] for i in idx], th)
-            for i, r in zip(idx, res, strict=False):
+            res = decision.moderate_items(model, [items[i][1] for i in idx], th, batched=True)
+            for i, r in zip(idx, res, strict=True):
                 out[i] = r
         except Exception:  # noqa: BLE001 - isolate the failing item(s)
             for i in idx:
                 try:
-                    out[i] = moderate_batch(guard, [items[i][1]], [items[i][2]], th)[0]
+                    out[i] = decision.moderate_items(model, [items[i][1]], th, batched=True)[0]
                 except Exception as exc:  # noqa: BLE001 - delivered to that request's caller
                     out[i] = exc
     return out
 
 
 class Batcher(serving.Batcher[Item, ModerationResult]):
-    """services.common.serving.Batcher over run_grouped. Up to `workers` batches run at once (0: two per group of
-    torch threads): each text is encoded on its own for exactness, so a batch saves dispatch overhead, not FLOPs,
-    and several batches in parallel use the cores."""
+    """services.common.serving.Batcher over run_grouped: concurrent requests' texts share padded encoder batches."""
 
     def __init__(self, *, max_batch: int = 32, max_wait_ms: float = 2.0, workers: int = 0):
         super().__init__(run_grouped, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=workers)
@@ -78,19 +77,30 @@ class Batcher(serving.Batcher[Item, ModerationResult]):
     def texts(self) -> int:
         return self.items
 
-    async def submit(self, guard: Any, text: str, role: str, thresholds: Thresholds) -> ModerationResult:
-        return await self.run((guard, text, role, thresholds))
-
-    async def submit_many(self, guard: Any, texts: Sequence[str], roles: Sequence[str],
+    async def submit_many(self, model: Any, items: Sequence[decision.Item],
                           thresholds: Thresholds) -> list[ModerationResult]:
-        return await self.run_many([(guard, t, r, thresholds) for t, r in zip(texts, roles, strict=True)])
+        return await self.run_many([(model, it, thresholds) for it in items])
 
 
 # ---------------------------------------------------------------------------------------------- builders
 # (tensors, config, version row) -> Loaded: the builders of this service's ModelCaches (blocking).
+MODEL_KINDS = ("frozen_linear", "finetune", "guard.student")
+
+
 def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
+    """A guard-like model by its config kind: the teacher guard (GuardModel: "frozen_linear", "finetune") or the
+    HarmAug student (StudentGuard: "guard.student"); both answer Moderate, ModerateBatch, ModerateStream and the
+    predictor, and the answer names the kind."""
+    if config.get("kind") == "guard.student":
+        from services.moderation.distill import StudentGuard  # noqa: PLC0415
+
+        student = StudentGuard.from_registry(tensors, config)
+        return loaded(student, student.version, config, row)
     from services.moderation.guard import GuardModel  # noqa: PLC0415 - torch/transformers only when serving
 
+    if config.get("kind") not in ("frozen_linear", "finetune"):
+        raise FailedPrecondition(f"model {row.get('name')!r} v{row.get('version')} is a {config.get('kind')!r}, "
+                                 f"not one of {list(MODEL_KINDS)}", reason="NOT_A_GUARD_MODEL")
     guard = GuardModel.from_registry(tensors, config)
     return loaded(guard, guard.version, config, row)
 

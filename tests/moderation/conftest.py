@@ -32,10 +32,10 @@ def seed_split(seed_rows):
 
 @pytest.fixture(scope="session")
 def seed_features(encoder, seed_rows):
-    """phi for every seed row (the encoder caches embeddings by text, so later calls are cheap too)."""
-    from services.moderation.guard import role_features
+    """phi for every seed row, a response with its prompt (the encoder caches embeddings by text)."""
+    from services.moderation.jobs.train_guard import example_features
 
-    return role_features(encoder.embed([r.text for r in seed_rows]), [r.role for r in seed_rows])
+    return example_features(None, seed_rows)
 
 
 @pytest.fixture(scope="session")

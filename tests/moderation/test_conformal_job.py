@@ -9,7 +9,7 @@ import torch
 from services.common.errors import Cancelled, InvalidArgument
 from services.common.jobcontext import InMemoryJobContext
 from services.moderation.conformal import ConformalSeverity
-from services.moderation.jobs import run_calibration
+from services.moderation.jobs.calibrate import run_calibration
 
 
 def typos(text: str) -> str:

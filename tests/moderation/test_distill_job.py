@@ -7,7 +7,7 @@ import torch
 from services.common.errors import Cancelled, InvalidArgument
 from services.common.jobcontext import InMemoryJobContext
 from services.moderation.distill import StudentGuard
-from services.moderation.jobs import run_distillation
+from services.moderation.jobs.distill import run_distillation
 
 
 def _ctx(guard, **params):

@@ -6,7 +6,8 @@ import torch
 from services.common.errors import Cancelled, InvalidArgument
 from services.common.jobcontext import InMemoryJobContext
 from services.moderation.guard import GuardModel
-from services.moderation.jobs import run_guard_training, run_policy_scorer_training
+from services.moderation.jobs.train_guard import run_guard_training
+from services.moderation.jobs.train_policy_scorer import run_policy_scorer_training
 from services.moderation.schema import dump_guard_jsonl
 
 

@@ -38,10 +38,10 @@ def test_streaming_final_answer_equals_unary(guard, level):
                 blocked = u.blocked
                 offsets.append(u.safe_offset)
             got = s.finish()
-            assert got == want  # dataclass equality: every float bit-identical
+            assert got == want  # the final answer is the unary computation: every float bit-identical
             assert offsets == sorted(offsets)
-            if want.blocked:  # the stream had blocked before the end unless the blocking sentence was the last one
-                assert got.safe_offset < len(text)
+            if want.blocked:  # a text the unary check blocks is reported blocked by the end
+                assert s.final_update().blocked and s.final_update().safe_offset < len(text)
 
 
 def test_stream_blocks_mid_stream_and_hides_the_unsafe_sentence(guard):
@@ -53,7 +53,8 @@ def test_stream_blocks_mid_stream_and_hides_the_unsafe_sentence(guard):
     u = s.feed("Sure, I can help you build a homemade bomb to scare my neighbours. Choose")
     assert u.blocked and u.safe_offset == len(safe_part)
     assert set(u.blocking_topics) & {"S1", "S8"}
-    assert s.finish().safe_offset == len(safe_part)
+    s.finish()
+    assert s.final_update().blocked and s.final_update().safe_offset == len(safe_part)
 
 
 def test_stream_input_errors(guard):

@@ -76,16 +76,18 @@ class TextSpan(_message.Message):
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class ModelVersionInfo(_message.Message):
-    __slots__ = ("name", "version", "model_version_id", "fingerprint")
+    __slots__ = ("name", "version", "model_version_id", "fingerprint", "kind")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     model_version_id: str
     fingerprint: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., model_version_id: _Optional[str] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., model_version_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class TopicResult(_message.Message):
     __slots__ = ("topic", "name", "score", "present", "severity", "severity_at_least", "blocked")
@@ -385,14 +387,16 @@ class ModerateResponse(_message.Message):
     def __init__(self, prompt: _Optional[_Union[ContentResult, _Mapping]] = ..., response: _Optional[_Union[ContentResult, _Mapping]] = ..., model: _Optional[_Union[ModelVersionInfo, _Mapping]] = ...) -> None: ...
 
 class BatchItem(_message.Message):
-    __slots__ = ("text", "text_bytes", "role")
+    __slots__ = ("text", "text_bytes", "role", "prompt")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TEXT_BYTES_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
     text: str
     text_bytes: bytes
     role: Role
-    def __init__(self, text: _Optional[str] = ..., text_bytes: _Optional[bytes] = ..., role: _Optional[_Union[Role, str]] = ...) -> None: ...
+    prompt: str
+    def __init__(self, text: _Optional[str] = ..., text_bytes: _Optional[bytes] = ..., role: _Optional[_Union[Role, str]] = ..., prompt: _Optional[str] = ...) -> None: ...
 
 class ModerateBatchRequest(_message.Message):
     __slots__ = ("items", "model", "policy_ids", "policy_scorer", "policy_threshold", "calibration_model", "group")
@@ -421,16 +425,18 @@ class ModerateBatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ContentResult, _Mapping]]] = ..., model: _Optional[_Union[ModelVersionInfo, _Mapping]] = ...) -> None: ...
 
 class ModerateStreamRequest(_message.Message):
-    __slots__ = ("role", "model", "chunk", "chunk_bytes")
+    __slots__ = ("role", "model", "chunk", "chunk_bytes", "prompt")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
     role: Role
     model: _common_pb2.ModelRef
     chunk: str
     chunk_bytes: bytes
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., chunk: _Optional[str] = ..., chunk_bytes: _Optional[bytes] = ...) -> None: ...
+    prompt: str
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., chunk: _Optional[str] = ..., chunk_bytes: _Optional[bytes] = ..., prompt: _Optional[str] = ...) -> None: ...
 
 class ModerateStreamResponse(_message.Message):
     __slots__ = ("safe_offset", "blocked", "blocking_topics", "received", "windows", "final", "result", "model")

@@ -1,0 +1,133 @@
+"""ModerationEngine: the one serving path of the moderation service (kserve's data-plane split). The gRPC servicer
+(api.py), the kserve predictor (predictor.py) and the benchmarks all call it, so they answer alike by construction.
+
+It owns the registry-backed model caches (guards and students by alias or version, with hot swap when an alias
+moves; policy scorers; calibrations), the tenant thresholds (ModerationStore, short per-process cache) and the
+dynamic batcher (concurrent requests share padded encoder batches). No grpc here."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.registry import Registry
+from services.common.serving import ModelCache, RefKey
+from services.moderation.decision import Item, ModerationResult, Thresholds
+from services.moderation.policy_store import ModerationStore, StoredPolicy, StoredThresholds
+from services.moderation.serving import Batcher, Loaded, build_conformal, build_guard, build_scorer
+from services.moderation.settings import ServingConfig
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a request adds to the guard's answer: custom policies (+ the scorer) and a calibration model."""
+
+    policies: tuple[StoredPolicy, ...] = ()
+    scorer: Loaded | None = None
+    policy_threshold: float = 0.5
+    calibration: Loaded | None = None
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """Per text: policy verdicts (policies.ChunkVerdict, with the policy versions) and a severity set."""
+
+    verdicts: tuple = ()
+    policy_versions: dict | None = None
+    severity_set: tuple[int, ...] | None = None
+
+
+class ModerationEngine:
+    def __init__(self, registry: Registry, store: ModerationStore, config: ServingConfig | None = None):
+        self.config = config or ServingConfig()
+        self.registry, self.store = registry, store
+        self.guards = ModelCache(registry, build_guard, self.config, what="guard model")
+        self.scorers = ModelCache(registry, build_scorer, self.config, what="policy scorer")
+        self.calibrations = ModelCache(registry, build_conformal, self.config, what="calibration model")
+        self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms,
+                               workers=self.config.batch_workers)
+
+    async def close(self) -> None:
+        await self.batcher.close()
+        for cache in (self.guards, self.scorers, self.calibrations):
+            await cache.close()
+
+    # -- models and thresholds
+    async def model(self, key: RefKey, field: str = "model") -> Loaded:
+        return await self.guards.get(key, field=field)
+
+    def guard_key(self, tenant: str, name: str = "", version: int = 0, alias: str = "") -> RefKey:
+        return RefKey(tenant, name or self.config.default_guard, version, alias)
+
+    async def thresholds(self, tenant: str) -> StoredThresholds:
+        hit = self.store.peek_thresholds(tenant)
+        return hit if hit is not None else await asyncio.to_thread(self.store.get_thresholds, tenant, cached=True)
+
+    # -- moderation
+    async def moderate(self, tenant: str, key: RefKey, items: Sequence[Item], field: str = "model"
+                       ) -> tuple[Loaded, list[ModerationResult]]:
+        """Moderate texts with the model a reference serves now, under the tenant's thresholds (batched with
+        concurrent requests)."""
+        loaded = await self.model(key, field)
+        th = (await self.thresholds(tenant)).thresholds
+        return loaded, await self.batcher.submit_many(loaded.obj, list(items), th)
+
+    async def open_stream(self, tenant: str, key: RefKey, role: str, prompt: str | None = None):
+        from services.moderation.stream import StreamModerator  # noqa: PLC0415
+
+        loaded = await self.model(key)
+        th = (await self.thresholds(tenant)).thresholds
+        return loaded, StreamModerator(loaded.obj, th, role=role, prompt=prompt)
+
+    # -- policies and calibrations
+    async def extras(self, tenant: str, guard: Loaded, *, policy_ids: Sequence[str], scorer_key: RefKey,
+                     policy_threshold: float, calibration_key: RefKey | None, group: str, prefix: str = "",
+                     ) -> Extras:
+        policies, scorer, calib = [], None, None
+        if policy_ids:
+            policies = await asyncio.to_thread(self.store.latest_policies, tenant, list(policy_ids),
+                                               prefix + "policy_ids")
+            scorer = await self.scorers.get(scorer_key, field=prefix + "policy_scorer")
+        if calibration_key is not None:
+            if not calibration_key.name:
+                raise InvalidArgument(prefix + "calibration_model.name", "required")
+            calib = await self.calibrations.get(calibration_key, field=prefix + "calibration_model")
+            want = str(calib.config.get("guard_model_version_id", ""))
+            if want != guard.info.model_version_id:
+                raise FailedPrecondition(
+                    f"calibration model {calib.info.name} v{calib.info.version} was calibrated for guard version "
+                    f"{want or '?'}, not {guard.info.name} v{guard.info.version} ({guard.info.model_version_id})",
+                    reason="CALIBRATION_GUARD_MISMATCH")
+        return Extras(tuple(policies), scorer, policy_threshold, calib, group)
+
+    @staticmethod
+    def annotate(items: Sequence[Item], guard: Loaded, extras: Extras) -> list[Annotation]:
+        """Policy verdicts and severity prediction sets (blocking; run in a thread). A response with a prompt is
+        checked against the policies with the prompt as context (policies.evaluate_policies)."""
+        from services.moderation.encoder import get_base_encoder  # noqa: PLC0415
+        from services.moderation.policies import evaluate_policies  # noqa: PLC0415
+
+        versions = {sp.policy.policy_id: sp.version for sp in extras.policies}
+        out = []
+        for it in items:
+            verdicts: tuple = ()
+            sets = None
+            if extras.policies:
+                # The scorer was trained on the frozen base encoder's embeddings, whatever the guard's kind.
+                verdicts = tuple(evaluate_policies(it.text, [sp.policy for sp in extras.policies], extras.scorer.obj,
+                                                   get_base_encoder(), threshold=extras.policy_threshold,
+                                                   context=it.prompt if it.role == "response" else None))
+            if extras.calibration is not None:
+                proba = guard.obj.predict_proba([it.text], [it.role], [it.prompt if it.role == "response" else None])
+                sets = tuple(sorted(int(x) for x in extras.calibration.obj.prediction_sets(
+                    proba, [extras.group] if extras.group else None)[0]))
+            out.append(Annotation(verdicts, versions, sets))
+        return out
+
+
+def resolve_thresholds(model: Any, th: Thresholds) -> Thresholds:
+    """The thresholds a model decides with (unset probabilities from its decision defaults)."""
+    return th.resolve(getattr(model, "config", {}).get("decision_defaults"))

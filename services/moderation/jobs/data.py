@@ -1,0 +1,38 @@
+"""Datasets of the moderation jobs: a labeled dataset artifact (praxon / BingoGuard / WildGuardMix JSONL) or the
+packaged seed set, and its train / validation split."""
+from __future__ import annotations
+
+import zlib
+
+from services.common.errors import InvalidArgument
+from services.common.jobcontext import JobContext
+from services.moderation.schema import (
+    GuardExample,
+    import_bingoguard,
+    import_wildguardmix,
+    load_seed_dataset,
+    parse_guard_jsonl,
+)
+
+
+def load_examples(ctx: JobContext, dataset_artifact_id: str | None, fmt: str) -> list[GuardExample]:
+    if dataset_artifact_id is None:
+        return load_seed_dataset()
+    data = ctx.read_artifact(dataset_artifact_id)
+    if fmt == "praxon":
+        return parse_guard_jsonl(data)
+    rows = import_bingoguard(data) if fmt == "bingoguard" else import_wildguardmix(data)
+    if not rows:
+        raise InvalidArgument("params.dataset_artifact_id", "the dataset produced no labeled rows")
+    return rows
+
+
+def split_examples(rows: list[GuardExample], validation_fraction: float) -> tuple[list[GuardExample],
+                                                                                  list[GuardExample]]:
+    """The rows' own split when any row has one (train = "train"; validation = "validation"); otherwise a fixed
+    hash-of-text split so the same text always lands on the same side."""
+    if any(r.split for r in rows):
+        return [r for r in rows if r.split == "train"], [r for r in rows if r.split == "validation"]
+    cut = int(validation_fraction * 2**32)
+    val = [zlib.crc32(r.text.encode()) < cut for r in rows]
+    return [r for r, v in zip(rows, val) if not v], [r for r, v in zip(rows, val) if v]

@@ -1,0 +1,137 @@
+"""Typed parameters of the moderation job kinds (services.common.params): one pydantic model per kind, built by the
+servicer from the request (errors name the request's fields) and validated again by the job from ctx.params with
+the same model (errors name "params.<field>"). Light: no torch here (the servicer imports it on every request)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validator
+
+from services.common.params import JobParams, ModelName
+
+FORMATS = ("praxon", "bingoguard", "wildguardmix")
+GUARD_KINDS = ("frozen_linear", "finetune")
+Format = Literal["praxon", "bingoguard", "wildguardmix"]
+ArtifactId = Field(default=None, min_length=1, max_length=200)
+
+# Conformal calibration choices (conformal.py's METRICS / SCORE_KINDS / DISTRIBUTIONS, kept here without torch).
+METRICS = ("none", "equal_opportunity", "predictive_equality", "demographic_parity", "disparate_impact",
+           "overall_acc_equality")
+RATIO_METRICS = ("disparate_impact",)
+
+
+class GuardTrainParams(JobParams):
+    """moderation.train_guard. Trains on the dataset's "train" rows; the "validation" rows choose the decision
+    defaults (target_false_block_rate) and give the reported metrics."""
+
+    dataset_artifact_id: str | None = ArtifactId   # None: the packaged seed set
+    format: Format = "praxon"
+    model_name: ModelName = "guard"
+    kind: Literal["frozen_linear", "finetune"] = "frozen_linear"
+    l2: float = Field(1e-3, gt=0, le=10)
+    max_iter: StrictInt = Field(50, ge=1, le=500)       # Newton iterations (frozen_linear, and finetune's warm start)
+    tol: float = Field(1e-8, gt=0, lt=1)                # stop when max |gradient| < tol
+    epochs: StrictInt = Field(3, ge=1, le=100)          # finetune only
+    trainable_layers: StrictInt = Field(2, ge=1, le=6)
+    lr: float = Field(3e-5, gt=0, lt=1)
+    head_lr: float = Field(1e-3, gt=0, lt=1)
+    batch_size: StrictInt = Field(16, ge=1, le=1024)
+    seed: StrictInt = 0
+    validation_fraction: float = Field(0.2, ge=0, lt=1)  # when no row carries a split
+    # Decision defaults recorded with the model: the unsafe threshold is the lowest one whose benign false-block
+    # rate on the validation split is <= this (see decision.choose_defaults).
+    target_false_block_rate: float = Field(0.05, gt=0, lt=0.5)
+
+
+class PolicyScorerTrainParams(JobParams):
+    """moderation.train_policy_scorer: the SafeWatch-style rule scorer over the dataset's train rows."""
+
+    dataset_artifact_id: str | None = ArtifactId
+    format: Format = "praxon"
+    model_name: ModelName = "policy-scorer"
+    l2: float = Field(1e-3, gt=0, le=10)
+    seed: StrictInt = 0
+    validation_fraction: float = Field(0.2, ge=0, lt=1)
+
+
+class CalibrationParams(JobParams):
+    """moderation.calibrate: Conformal Fairness thresholds over a guard's severity predictions (conformal.py)."""
+
+    guard_model_version_id: str = Field(min_length=1)
+    dataset_artifact_id: str = Field(min_length=1)   # praxon guard JSONL + a group column
+    format: Literal["praxon"] = "praxon"             # the only format with a group column
+    group_field: str = Field("group", min_length=1, max_length=100)
+    alpha: float = Field(0.1, gt=0, lt=1)
+    metric: Literal[METRICS] = "equal_opportunity"   # "none" = plain split conformal
+    c: float | None = None                           # None: 0.1 (coverage gap), 0.8 (disparate impact ratio)
+    tolerance: float | None = None                   # the API's name for c (give one of them)
+    score: Literal["tps", "aps"] = "tps"
+    distribution: Literal["top_topic", "max_topic"] = "top_topic"
+    classwise: StrictBool = True
+    eval_fraction: float = Field(0.3, ge=0, lt=1)    # held out (per group) to report coverage and gaps
+    seed: StrictInt = 0
+    model_name: ModelName = "guard-conformal"
+
+    @field_validator("c", "tolerance")
+    @classmethod
+    def _closeness(cls, v: float | None, info: ValidationInfo) -> float | None:
+        if v is None:
+            return v
+        if info.field_name == "tolerance" and info.data.get("c") is not None:
+            raise ValueError("give c or tolerance, not both")
+        if info.data.get("metric") in RATIO_METRICS:
+            if not 0 < v <= 1:
+                raise ValueError("a disparate-impact ratio must be in (0, 1]")
+        elif not 0 <= v < 1:
+            raise ValueError("a coverage gap must be in [0, 1)")
+        return v
+
+    def closeness(self) -> float:
+        """c, or the metric's default (0.8 for a ratio metric, else 0.1)."""
+        c = self.tolerance if self.c is None else self.c
+        if c is None:
+            return 0.8 if self.metric in RATIO_METRICS else 0.1
+        return float(c)
+
+
+class DistillParams(JobParams):
+    """moderation.distill: HarmAug distillation of a registered guard into a small student (distill.py)."""
+
+    teacher_model_version_id: str = Field(min_length=1)
+    dataset_artifact_id: str | None = ArtifactId      # None: the packaged seed set
+    format: Format = "praxon"
+    validation_fraction: float = Field(0.2, ge=0, lt=1)
+    model_name: ModelName = "guard-student"
+    n_augment: StrictInt = Field(1200, ge=0, le=100_000)  # generated texts (teacher-labelled); 0 = plain only
+    augment: StrictBool | None = None                  # the API's switch: False = n_augment 0
+    augment_seed: StrictInt = 0
+    train_plain: StrictBool = True                     # also train the no-augmentation student, as the baseline
+    dim: StrictInt = Field(64, ge=4, le=1024)
+    hidden: StrictInt = Field(64, ge=4, le=1024)
+    buckets: StrictInt = Field(4096, ge=0, le=1 << 20)
+    min_count: StrictInt = Field(1, ge=1, le=100)
+    max_vocab: StrictInt = Field(50_000, ge=1, le=1_000_000)
+    epochs: StrictInt = Field(30, ge=1, le=1000)
+    batch_size: StrictInt = Field(32, ge=1, le=4096)
+    lr: float = Field(5e-3, gt=0, lt=1)
+    weight_decay: float = Field(0.01, ge=0, lt=1)
+    warmup_fraction: float = Field(0.1, ge=0, lt=1)
+    max_norm: float = Field(1.0, gt=0)
+    aux_weight: float = Field(0.5, ge=0)
+    seed: StrictInt = 0
+
+    @field_validator("train_plain")
+    @classmethod
+    def _something_to_train(cls, v: bool, info: ValidationInfo) -> bool:
+        n = 0 if info.data.get("augment") is False else info.data.get("n_augment", 1)
+        if not v and n == 0:
+            raise ValueError("nothing to train: no augmentation and train_plain is false")
+        return v
+
+    @property
+    def effective_n_augment(self) -> int:
+        return 0 if self.augment is False else self.n_augment
+
+
+KIND_PARAMS = {"moderation.train_guard": GuardTrainParams, "moderation.train_policy_scorer": PolicyScorerTrainParams,
+               "moderation.calibrate": CalibrationParams, "moderation.distill": DistillParams}
