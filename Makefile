@@ -11,6 +11,10 @@ demo:
 test:
 	scripts/test.sh
 
+# ruff with the project's config (pyproject.toml [tool.ruff]); zero findings is the bar. scripts/test.sh runs it too.
+lint:
+	.venv/bin/ruff check .
+
 protos:
 	.venv/bin/python scripts/gen_protos.py
 	cd protos && ../.tools/node_modules/.bin/buf lint

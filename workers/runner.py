@@ -190,9 +190,8 @@ def run_job(rt: Runtime, job_id: str) -> str:
     except TRANSIENT as exc:
         if job["attempts"] < rt.settings.jobs.max_attempts:
             log.warning("job %s: transient failure (%s); re-queued", job_id, exc)
-            _db_retry(lambda: rt.jobs.release(job_id, owner, ctx.last_progress,
-                                              f"transient failure ({type(exc).__name__}); will resume"),
-                      "release job")
+            why = f"transient failure ({type(exc).__name__}); will resume"
+            _db_retry(lambda: rt.jobs.release(job_id, owner, ctx.last_progress, why), "release job")
             rt.jobs.enqueue(job_id, job["queue"])
             return "requeued"
         _finish(rt, ctx, "FAILED", reason="TRANSIENT_ERRORS_EXHAUSTED", message=str(exc))

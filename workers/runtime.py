@@ -55,7 +55,7 @@ def get_runtime() -> Runtime:
                 _inherited.append(_runtime)
             settings = _settings or Settings()
             if settings.jobs.torch_threads:
-                import torch  # noqa: PLC0415
+                import torch
 
                 torch.set_num_threads(settings.jobs.torch_threads)
             pool = create_pool(settings, max_size=4)

@@ -25,8 +25,8 @@ def run_demo(data_dir: Path, *, port: int = 50051) -> None:
             time.sleep(0.2)
         info = json.loads((data_dir / UP_FILE).read_text())
         target = Target(info["address"], info["token"])
-        from services import catalog  # noqa: PLC0415
-        from services.common.spec import resolve  # noqa: PLC0415
+        from services import catalog
+        from services.common.spec import resolve
 
         for spec in catalog.SPECS:  # each service's own step, in the catalog's order
             if spec.demo:

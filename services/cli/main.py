@@ -16,14 +16,14 @@ from services import catalog
 def _settings(data_dir: str | None = None):
     """The process's Settings (parsed only when a command runs). With a data dir: when PRAXON_DATABASE_URL is not
     set and `praxon up` runs there, its embedded PostgreSQL (not the 127.0.0.1:5432 default)."""
-    from services.common.client import resolve_database_url  # noqa: PLC0415
+    from services.common.client import resolve_database_url
 
     url = resolve_database_url(data_dir) if data_dir else None
     return catalog.settings(**({"database_url": url} if url else {}))
 
 
 def cmd_serve(args) -> None:
-    from services.cli.serve import serve  # noqa: PLC0415
+    from services.cli.serve import serve
 
     settings = _settings()
     if args.port is not None:
@@ -32,13 +32,13 @@ def cmd_serve(args) -> None:
 
 
 def cmd_predictor(args) -> None:
-    from services.cli.serve import run_predictor  # noqa: PLC0415
+    from services.cli.serve import run_predictor
 
     run_predictor(_settings(), args.name, args.tenant, args.model, args.http_port, args.grpc_port)
 
 
 def cmd_worker(args) -> None:
-    from workers.app import start_worker  # noqa: PLC0415
+    from workers.app import start_worker
 
     settings = _settings()
     known = catalog.queues()
@@ -50,7 +50,7 @@ def cmd_worker(args) -> None:
 
 
 def cmd_migrate(args) -> None:
-    from services.common import db  # noqa: PLC0415
+    from services.common import db
 
     settings = _settings(args.data_dir)
     db.ensure_database(settings)
@@ -63,7 +63,7 @@ def _ttl(args) -> float | None:
 
 
 def cmd_token_create(args) -> None:
-    from services.common import db  # noqa: PLC0415
+    from services.common import db
 
     settings = _settings(args.data_dir)
     with db.connect(settings) as conn:
@@ -72,7 +72,7 @@ def cmd_token_create(args) -> None:
 
 
 def cmd_token_list(args) -> None:
-    from services.common import db  # noqa: PLC0415
+    from services.common import db
 
     with db.connect(_settings(args.data_dir)) as conn:
         rows = db.list_tokens(conn, args.tenant)
@@ -85,7 +85,7 @@ def cmd_token_list(args) -> None:
 
 
 def cmd_token_revoke(args) -> None:
-    from services.common import db  # noqa: PLC0415
+    from services.common import db
 
     if (args.id is None) == (args.name is None):
         raise SystemExit("error: give --id or --name")
@@ -95,7 +95,7 @@ def cmd_token_revoke(args) -> None:
 
 
 def cmd_token_rotate(args) -> None:
-    from services.common import db  # noqa: PLC0415
+    from services.common import db
 
     with db.connect(_settings(args.data_dir)) as conn:
         tenant_id, token, revoked = db.rotate_token(conn, args.tenant, args.name, ttl_seconds=_ttl(args))
@@ -103,13 +103,13 @@ def cmd_token_rotate(args) -> None:
 
 
 def cmd_up(args) -> None:
-    from services.cli.up import run_up  # noqa: PLC0415
+    from services.cli.up import run_up
 
     run_up(Path(args.data_dir), port=args.port, s3_port_base=args.s3_port_base)
 
 
 def cmd_demo(args) -> None:
-    from services.cli.demo import run_demo  # noqa: PLC0415
+    from services.cli.demo import run_demo
 
     run_demo(Path(args.data_dir), port=args.port)
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except KeyboardInterrupt:
         pass
-    except Exception as exc:  # noqa: BLE001 - a CLI prints one line per error; the traceback only when debugging
+    except Exception as exc:  # a CLI prints one line per error; the traceback only when debugging
         if str(args.log_level).upper() == "DEBUG":
             logging.getLogger("praxon").exception("the command failed")
         raise SystemExit(f"error: {describe_error(exc)}") from None
@@ -199,12 +199,12 @@ def main(argv: list[str] | None = None) -> None:
 def describe_error(exc: BaseException) -> str:
     """One line for an error a command could not handle: a gRPC status with its details and field violations, an
     OS error with the path, the project's own errors with their reason, else the exception's type and message."""
-    import grpc  # noqa: PLC0415
+    import grpc
 
-    from services.common.errors import PraxonError  # noqa: PLC0415
+    from services.common.errors import PraxonError
 
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        from services.common.client import error_line  # noqa: PLC0415
+        from services.common.client import error_line
 
         return error_line(exc)
     if isinstance(exc, OSError) and exc.filename:

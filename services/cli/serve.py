@@ -53,7 +53,7 @@ def run_predictor(settings: Settings, name: str, tenant_id: str, model: str, htt
     predictors = catalog.predictors()
     if name not in predictors:
         raise SystemExit(f"unknown predictor {name!r}; known: {', '.join(predictors) or 'none yet'}")
-    from kserve import ModelServer  # noqa: PLC0415 - heavy; only predictor processes need it
+    from kserve import ModelServer  # heavy; only predictor processes need it
 
     predictor = resolve(predictors[name])(settings, tenant_id, model)
     if not predictor.ready:  # ModelServer.start() refuses models that are not loaded yet

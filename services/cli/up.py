@@ -27,8 +27,8 @@ def _credentials(data_dir: Path) -> tuple[str, str]:
 
 
 def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> None:
-    from services import catalog  # noqa: PLC0415
-    from services.cli.serve import serve  # noqa: PLC0415
+    from services import catalog
+    from services.cli.serve import serve
 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,7 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> N
 
 
 def settings_ready(port: int) -> bool:
-    import socket  # noqa: PLC0415
+    import socket
 
     with socket.socket() as s:
         s.settimeout(0.1)

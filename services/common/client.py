@@ -124,8 +124,8 @@ def resolve_target(address: str | None, token: str | None, data_dir: str | os.Pa
 # ---------------------------------------------------------------------------------------------- retries
 def status_details(err: grpc.RpcError) -> dict[str, Any]:
     """The rich details of a failed call: {"reason", "violations": [(field, description)], "retry_after_s"}."""
-    from google.rpc import error_details_pb2  # noqa: PLC0415
-    from grpc_status import rpc_status  # noqa: PLC0415
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
 
     out: dict[str, Any] = {"reason": "", "violations": [], "retry_after_s": None}
     try:
@@ -160,7 +160,7 @@ def retry_delay(err: grpc.RpcError, attempt: int) -> float | None:
         return max(0.0, asked)
     if err.code() != grpc.StatusCode.UNAVAILABLE or attempt >= 4:
         return None
-    return min(2.0, 0.1 * 2 ** attempt) * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
+    return min(2.0, 0.1 * 2 ** attempt) * (0.5 + random.random() / 2)  # jitter, not security
 
 
 class _RetryInterceptor(grpc.UnaryUnaryClientInterceptor):
@@ -201,7 +201,7 @@ class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", 
 def tls_credentials_from_env() -> grpc.ChannelCredentials | None:
     """TLS for the CLI from PRAXON_TLS_CA_FILE (the server's CA), plus PRAXON_TLS_CERT_FILE / PRAXON_TLS_KEY_FILE
     for mTLS; None (plaintext) when none is set."""
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
     ca, cert, key = (os.environ.get(f"PRAXON_TLS_{n}_FILE", "") for n in ("CA", "CERT", "KEY"))
     if not (ca or cert):
@@ -247,7 +247,7 @@ def upload(target: Target, name: str, data: bytes | os.PathLike | str, content_t
     Streamed through ArtifactService.UploadArtifact in CHUNK-sized messages with the sha256 declared (the server
     checks it), restarted from the first chunk if the call fails with a retryable status; presigned=True PUTs the
     bytes straight to the object store with a URL from CreateUpload, then CompleteUpload verifies and registers."""
-    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc  # noqa: PLC0415
+    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc
 
     if not isinstance(data, bytes | bytearray | memoryview):
         data = Path(data).read_bytes()
@@ -256,12 +256,12 @@ def upload(target: Target, name: str, data: bytes | os.PathLike | str, content_t
     digest = hashlib.sha256(data).hexdigest()
     stub = artifacts_pb2_grpc.ArtifactServiceStub(target.channel())
     if presigned:
-        import urllib.request  # noqa: PLC0415
+        import urllib.request
 
         created = stub.CreateUpload(artifacts_pb2.CreateUploadRequest(name=name, content_type=content_type,
                                                                       sha256=digest), metadata=target.metadata)
         req = urllib.request.Request(created.url, data=data, method="PUT", headers={"Content-Type": content_type})
-        with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310 - a URL the platform signed
+        with urllib.request.urlopen(req, timeout=300) as resp:  # a URL the platform signed
             if resp.status >= 300:
                 raise OSError(f"presigned upload of {name} failed: HTTP {resp.status}")
         return stub.CompleteUpload(artifacts_pb2.CompleteUploadRequest(upload_id=created.upload_id),

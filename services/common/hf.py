@@ -98,7 +98,7 @@ def _json(files: Mapping[str, bytes], name: str, field: str) -> dict[str, Any]:
 
 
 def _load_safetensors(blob: bytes, name: str, field: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load  # noqa: PLC0415
+    from safetensors.torch import load
 
     try:
         return load(blob)
@@ -161,7 +161,7 @@ def to_registry(files: Mapping[str, bytes], field: str = "path") -> tuple[dict[s
 
 def write_directory(tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write a registry version back as a Hugging Face directory (model.safetensors, config.json, tokenizer)."""
-    from safetensors.torch import save_file  # noqa: PLC0415
+    from safetensors.torch import save_file
 
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
@@ -177,7 +177,7 @@ def write_directory(tensors: Mapping[str, torch.Tensor], config: Mapping[str, An
 
 def check_version_config(config: Mapping[str, Any], field: str = "model") -> None:
     if config.get("format") != HF_FORMAT:
-        from services.common.errors import FailedPrecondition  # noqa: PLC0415
+        from services.common.errors import FailedPrecondition
 
         raise FailedPrecondition(f"this model version is not a Hugging Face causal LM (format "
                                  f"{config.get('format')!r}); register one with StartImportLanguageModelJob or "
@@ -189,7 +189,7 @@ def load_model(tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any], *
                dtype: torch.dtype = torch.float32, field: str = "model"):
     """(model in eval mode, tokenizer) from a registry version, through transformers' from_pretrained
     (safetensors only, never remote code)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_version_config(config, field)
     if config.get("model_type") not in FAMILIES or (config.get("hf_config") or {}).get("auto_map"):

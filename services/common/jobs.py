@@ -160,7 +160,7 @@ class JobStore:
     def enqueue(self, job_id: str, queue: str) -> None:
         try:
             self.celery.send_task(RUN_JOB_TASK, args=[str(job_id)], queue=queue)
-        except Exception:  # noqa: BLE001 - the broker may be down; the reaper re-enqueues QUEUED jobs later
+        except Exception:  # the broker may be down; the reaper re-enqueues QUEUED jobs later
             log.exception("could not enqueue job %s now; the reaper will retry", job_id)
 
     def get(self, tenant_id: str, job_id: str, field: str = "job_id") -> dict:

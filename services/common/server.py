@@ -494,7 +494,7 @@ Registrar = Callable[[grpc.aio.Server, AppContext], Iterable[str]]
 def build_app_context(settings: Settings) -> AppContext:
     pool = db.create_pool(settings)
     store = ArtifactStore(settings)
-    from services.common.queue import make_celery  # noqa: PLC0415 - only processes that serve need it
+    from services.common.queue import make_celery  # only processes that serve need it
     quota = JobQuota(settings.jobs.max_active_per_tenant, settings.jobs.max_active_per_tenant_kind)
     return AppContext(settings, pool, store, JobStore(pool, make_celery(settings), quota), Registry(pool, store))
 
@@ -502,7 +502,7 @@ def build_app_context(settings: Settings) -> AppContext:
 def server_credentials(g) -> grpc.ServerCredentials:
     """TLS from the settings' PEM files; with a client CA, mTLS (a client without a certificate it signed is
     refused during the handshake)."""
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
     if not g.tls_key_file:
         raise ValueError("PRAXON_GRPC__TLS_CERT_FILE needs PRAXON_GRPC__TLS_KEY_FILE")

@@ -214,9 +214,9 @@ class ModelCache(Generic[T]):
 def default_batch_workers() -> int:
     """Concurrent batches: two per group of torch threads (one computes while the other prepares / hands results
     back), so that they fill the cores without oversubscribing them much."""
-    import os  # noqa: PLC0415
+    import os
 
-    import torch  # noqa: PLC0415
+    import torch
 
     return max(1, 2 * (os.cpu_count() or 1) // max(1, torch.get_num_threads()))
 
@@ -244,7 +244,7 @@ def run_grouped(run_batch: Callable[[list[Item]], Sequence[Result | BaseExceptio
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(idx)} items")
             for i, r in zip(idx, results, strict=True):
                 out[i] = r
-        except Exception:  # noqa: BLE001 - isolate the failing item(s)
+        except Exception:  # isolate the failing item(s)
             if len(idx) == 1:
                 log.debug("a batch of one failed", exc_info=True)
             for i in idx:

@@ -23,7 +23,7 @@ def cmd_jobs(args) -> None:
         job = stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=args.job_id), metadata=target.metadata).job
         print(f"{job.id} {state_name(job.state)} cancel_requested={job.cancel_requested}")
     elif args.action == "get":
-        from google.protobuf import json_format  # noqa: PLC0415
+        from google.protobuf import json_format
 
         job = stub.GetJob(jobs_pb2.GetJobRequest(job_id=args.job_id), metadata=target.metadata).job
         print(json_format.MessageToJson(job))

@@ -93,23 +93,23 @@ def test_model_refs_round_trip(name, version, alias):
 CALLS: dict[bytes, int] = {}
 
 
-async def _flaky(request, context):  # noqa: ARG001 - fails `request[0]` times with a RetryInfo, then answers
+async def _flaky(request, context):  # fails `request[0]` times with a RetryInfo, then answers
     CALLS[request] = CALLS.get(request, 0) + 1
     if CALLS[request] <= request[0]:
         raise Unavailable("model is loading", retry_after_s=0.05 * CALLS[request])
     return b"ok:" + str(CALLS[request]).encode()
 
 
-async def _long_wait(request, context):  # noqa: ARG001
+async def _long_wait(request, context):
     raise Unavailable("busy for a long while", retry_after_s=30)
 
 
-async def _bad(request, context):  # noqa: ARG001
+async def _bad(request, context):
     CALLS[b"bad"] = CALLS.get(b"bad", 0) + 1
     raise InvalidArgument("widget.size", "must be positive")
 
 
-def probe_registrar(server, app):  # noqa: ARG001
+def probe_registrar(server, app):
     handlers = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in
                 [("Flaky", _flaky), ("LongWait", _long_wait), ("Bad", _bad)]}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.ClientProbe", handlers),))
@@ -178,7 +178,7 @@ def test_unavailable_without_retry_info_backs_off_a_few_times_then_fails():
 def _download(platform, token, artifact_id) -> bytes:
     stub = artifacts_pb2_grpc.ArtifactServiceStub(grpc.insecure_channel(platform.address))
     got = stub.GetArtifact(artifacts_pb2.GetArtifactRequest(artifact_id=artifact_id), metadata=harness.auth(token))
-    with urllib.request.urlopen(got.url, timeout=30) as resp:  # noqa: S310 - the test's own S3 server
+    with urllib.request.urlopen(got.url, timeout=30) as resp:  # the test's own S3 server
         return resp.read()
 
 

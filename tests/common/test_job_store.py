@@ -20,10 +20,10 @@ class Outputs:
     def __init__(self):
         self.calls: list[tuple[str, str]] = []
 
-    def commit_job_outputs(self, conn, job_id):  # noqa: ARG002
+    def commit_job_outputs(self, conn, job_id):
         self.calls.append(("commit", str(job_id)))
 
-    def discard_job_outputs(self, conn, job_id):  # noqa: ARG002
+    def discard_job_outputs(self, conn, job_id):
         self.calls.append(("discard", str(job_id)))
 
 

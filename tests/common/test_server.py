@@ -14,24 +14,24 @@ from services.common.server import create_server, shutdown
 from tests.harness import PlatformServer, auth, rpc_error_details
 
 
-async def _bug(request, context):  # noqa: ARG001
+async def _bug(request, context):
     raise RuntimeError("secret internal detail")
 
 
-async def _bad(request, context):  # noqa: ARG001
+async def _bad(request, context):
     raise InvalidArgument("widget.size", "must be positive")
 
 
-async def _busy(request, context):  # noqa: ARG001
+async def _busy(request, context):
     raise Unavailable("model is loading", retry_after_s=2.5)
 
 
-async def _slow(request, context):  # noqa: ARG001
+async def _slow(request, context):
     await asyncio.sleep(float(request.decode() or "0"))
     return b"done"
 
 
-def test_registrar(server, app):  # noqa: ARG001 - not a test: the handlers under test
+def test_registrar(server, app):  # not a test: the handlers under test
     handlers = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in
                 [("Bug", _bug), ("Bad", _bad), ("Busy", _busy), ("Slow", _slow)]}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Probe", handlers),))

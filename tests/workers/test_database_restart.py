@@ -27,7 +27,7 @@ def pg_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_job_survives_a_postgres_restart(settings, tenants, workers, pg_dir):  # noqa: ARG001 - tenants: the schema
+def test_job_survives_a_postgres_restart(settings, tenants, workers, pg_dir):  # tenants: the schema
     pg = EmbeddedPostgres(pg_dir).start()
     try:
         s = settings.model_copy(deep=True)
