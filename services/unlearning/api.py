@@ -23,13 +23,22 @@ METHODS = {pb.METHOD_CERTIFIED_NOISY_MINIMIZER: "certified_noisy_minimizer",
            pb.METHOD_GRADIENT_ASCENT: "gradient_ascent"}
 METHOD_ENUMS = {v: k for k, v in METHODS.items()}
 KINDS = {pb.MODEL_KIND_LOGREG_L2: "logreg_l2", pb.MODEL_KIND_SOFTMAX_L2: "softmax_l2",
-         pb.MODEL_KIND_RIDGE_L2: "ridge_l2"}
+         pb.MODEL_KIND_RIDGE_L2: "ridge_l2", pb.MODEL_KIND_DPSGD_SOFTMAX: "dpsgd_softmax"}
+AUDIT_METHODS = {pb.AUDIT_METHOD_UNSPECIFIED: "", pb.AUDIT_METHOD_OUTPUT_PERTURBATION: "output_perturbation",
+                 pb.AUDIT_METHOD_HIDDEN_STATE_CANARY: "hidden_state_canary"}
+AUDIT_METHOD_ENUMS = {v: k for k, v in AUDIT_METHODS.items() if v}
 
 
 def _method(value: int) -> str:
     if value not in METHODS:
         raise InvalidArgument("method", "required: one of " + ", ".join(pb.Method.Name(k) for k in METHODS))
     return METHODS[value]
+
+
+def _audit_method(value: int) -> str:
+    if value not in AUDIT_METHODS:
+        raise InvalidArgument("method", "one of " + ", ".join(pb.AuditMethod.Name(k) for k in AUDIT_METHODS))
+    return AUDIT_METHODS[value]
 
 
 def _opt(msg, name: str) -> float | None:
@@ -61,10 +70,31 @@ def _error(reason: str | None, message: str | None) -> common_pb2.JobError | Non
     return common_pb2.JobError(reason=reason, message=message or "") if reason else None
 
 
+def _dpsgd(msg) -> dict[str, Any] | None:
+    if msg is None:
+        return None
+    names = {"noise_multiplier": "noise_multiplier", "max_grad_norm": "max_grad_norm", "steps": "steps",
+             "sample_rate": "sample_rate", "learning_rate": "lr"}
+    return {ours: getattr(msg, theirs) for theirs, ours in names.items() if msg.HasField(theirs)}
+
+
+def _guarantee(g: dict | None) -> pb.Guarantee | None:
+    if not g:
+        return None
+    return pb.Guarantee(kind=str(g.get("kind") or ""), epsilon=_num(g.get("epsilon")) or 0.0,
+                        delta=_num(g.get("delta")) or 0.0, mechanism=str(g.get("mechanism") or ""),
+                        statement=str(g.get("statement") or ""))
+
+
 def _audit(a: dict) -> pb.Audit:
     res = a["result"] or {}
     ea = res.get("epsilon_audit") or {}
     return pb.Audit(job_id=str(a["job_id"]), state=convert.JOB_STATES[a["state"]],
+                    method=AUDIT_METHOD_ENUMS.get(str(res.get("method") or "output_perturbation"),
+                                                  pb.AUDIT_METHOD_UNSPECIFIED),
+                    accountant_epsilon=_num(res.get("accountant_epsilon")) or 0.0,
+                    canary_every=int(res.get("canary_every") or 0), runs=int(res.get("runs") or 0),
+                    confidence=_num(ea.get("confidence")) or 0.0,
                     epsilon_lower_bound=_num(ea.get("eps_lower")) or 0.0,
                     claimed_epsilon=_num(ea.get("claimed_epsilon")) or 0.0, violated=bool(ea.get("violated")),
                     pre_noise_distance=_num(res.get("pre_noise_distance")) or 0.0,
@@ -91,7 +121,7 @@ def record_message(r: dict) -> pb.UnlearningRecord:
         regime=str(regime.get("regime", "")) if isinstance(regime, dict) else "",
         costs=_scalars(res.get("costs")), metrics=_scalars(res.get("metrics")),
         error=_error(r["error_reason"], r["error_message"]), finish_time=convert.ts(r["finished_at"]),
-        audits=[_audit(a) for a in r["audits"]])
+        audits=[_audit(a) for a in r["audits"]], guarantee=_guarantee(res.get("guarantee")))
     if r["new_model_name"]:
         msg.new_model.CopyFrom(common_pb2.ModelRef(name=r["new_model_name"], version=r["new_model_version"] or 0))
     return msg
@@ -109,7 +139,8 @@ class UnlearningServicer(unlearning_pb2_grpc.UnlearningServiceServicer):
                            name=request.name, mu=request.mu, r=_opt(request, "r"), epsilon=_opt(request, "epsilon"),
                            delta=_opt(request, "delta"), seed=request.seed, num_classes=request.num_classes,
                            capacity=request.capacity, eval_dataset_artifact_id=request.eval_dataset_artifact_id,
-                           idempotency_key=request.idempotency_key)
+                           idempotency_key=request.idempotency_key,
+                           dpsgd=_dpsgd(request.dpsgd) if request.HasField("dpsgd") else None)
         row = await self.app.db(self.records.start_training, current_tenant(), req)
         return pb.StartTrainingJobResponse(job=convert.job(row))
 
@@ -132,7 +163,8 @@ class UnlearningServicer(unlearning_pb2_grpc.UnlearningServiceServicer):
         ref = request.model if request.HasField("model") else common_pb2.ModelRef()
         req = AuditRequest(record_id=request.record_id, model_name=ref.name, model_version=ref.version,
                            model_alias=ref.alias, runs=request.runs, alpha=request.alpha, seed=request.seed,
-                           idempotency_key=request.idempotency_key)
+                           idempotency_key=request.idempotency_key, canary_every=request.canary_every,
+                           method=_audit_method(request.method))
         row = await self.app.db(self.records.start_audit, current_tenant(), req)
         return pb.StartAuditJobResponse(job=convert.job(row))
 

@@ -3,7 +3,9 @@
 Empirical epsilon (the standard Gaussian-DP recipe; seeds/004):
   1. M outputs of the mechanism "with" (unlearned) and M "without" (retrained); a score per output.
   2. A threshold turns scores into guesses; FP / FN counts; one-sided Clopper-Pearson upper bounds
-     FPR_hi, FNR_hi at level alpha.
+     FPR_hi, FNR_hi at level alpha / 2 each, so that both hold jointly with probability >= 1 - alpha (a union
+     bound; two bounds at alpha each would hold jointly only at 1 - 2 alpha). `alpha` is the joint level and
+     the audit reports its confidence 1 - alpha.
   3. mu_lo = Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi) (0 if <= 0).
   4. eps_lo solves delta = Phi(-eps/mu_lo + mu_lo/2) - e^eps Phi(-eps/mu_lo - mu_lo/2).
 Choosing the score direction and the threshold on the same samples that are then counted would bias the
@@ -72,6 +74,8 @@ class EpsilonAudit:
     n_without: int
     fpr_upper: float
     fnr_upper: float
+    confidence: float = 0.0      # joint confidence of (fpr_upper, fnr_upper), 1 - alpha
+    alpha_each: float = 0.0      # level of each one-sided bound, alpha / 2
     selection: str = "split: score direction and threshold chosen on the first half, counted on the second"
     score: str = "projection"
 
@@ -115,8 +119,9 @@ def epsilon_lower_bound(scores_with: torch.Tensor, scores_without: torch.Tensor,
     fn = torch.searchsorted(sw_sorted, cands, right=False)            # with-scores < t
     fp_u, fp_inv = torch.unique(fp, return_inverse=True)
     fn_u, fn_inv = torch.unique(fn, return_inverse=True)
-    fpr_hi = privacy.clopper_pearson_upper_table(n_o, alpha, fp_u)[fp_inv]
-    fnr_hi = privacy.clopper_pearson_upper_table(n_w, alpha, fn_u)[fn_inv]
+    each = alpha / 2.0  # two one-sided bounds, jointly at 1 - alpha
+    fpr_hi = privacy.clopper_pearson_upper_table(n_o, each, fp_u)[fp_inv]
+    fnr_hi = privacy.clopper_pearson_upper_table(n_w, each, fn_u)[fn_inv]
     mu = _mu_lower(fpr_hi, fnr_hi)
     j = int(torch.argmax(mu))
     mu_j = float(mu[j])
@@ -124,6 +129,7 @@ def epsilon_lower_bound(scores_with: torch.Tensor, scores_without: torch.Tensor,
     return EpsilonAudit(eps_lower=eps, mu_lower=mu_j, claimed_epsilon=claimed_epsilon, delta=delta, alpha=alpha,
                         threshold=float(cands[j]), false_positives=int(fp[j]), false_negatives=int(fn[j]),
                         n_with=n_w, n_without=n_o, fpr_upper=float(fpr_hi[j]), fnr_upper=float(fnr_hi[j]),
+                        confidence=1.0 - alpha, alpha_each=each,
                         selection="threshold chosen on the counted samples (biased)" if threshold is None
                         else "fixed threshold", score=score)
 
@@ -143,6 +149,22 @@ def split_epsilon_audit(samples_with: torch.Tensor, samples_without: torch.Tenso
     out = epsilon_lower_bound(ev_w @ v, ev_o @ v, delta=delta, alpha=alpha, threshold=chosen.threshold,
                               claimed_epsilon=claimed_epsilon, score="projection")
     out.selection = "split: score direction and threshold chosen on the first half, counted on the second"
+    return out
+
+
+def split_threshold_audit(scores_with: torch.Tensor, scores_without: torch.Tensor, *, delta: float,
+                          alpha: float = 0.05, claimed_epsilon: float | None = None,
+                          score: str = "final-model canary coordinate") -> EpsilonAudit:
+    """Audit from scalar scores whose direction is known (larger = "with"): the threshold is chosen on the
+    first half of each side, FP / FN counted on the second half only."""
+    sw, so = scores_with.reshape(-1), scores_without.reshape(-1)
+    m_w, m_o = sw.numel() // 2, so.numel() // 2
+    if m_w < 10 or m_o < 10:
+        raise InvalidArgument("runs", "need at least 20 runs per side")
+    chosen = epsilon_lower_bound(sw[:m_w], so[:m_o], delta=delta, alpha=alpha)
+    out = epsilon_lower_bound(sw[m_w:], so[m_o:], delta=delta, alpha=alpha, threshold=chosen.threshold,
+                              claimed_epsilon=claimed_epsilon, score=score)
+    out.selection = "split: threshold chosen on the first half, counted on the second"
     return out
 
 

@@ -33,11 +33,13 @@ import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext
+from services.common.params import parse_params
 from services.common.state import dumps_state, loads_state
 from services.unlearning import approximate, audit, certified, robust
 from services.unlearning.data import Dataset, decode_dataset, decode_forget_set, parse_forget_ids
-from services.unlearning.linear import (CONVEX_KINDS, DTYPE, LinearProblem, canonical_kind, is_convex_kind,
+from services.unlearning.linear import (DTYPE, LinearProblem, canonical_kind, is_convex_kind,
                                        problem_from_config)
+from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, require_mu
 
 CERTIFIED_METHODS = ("certified_noisy_minimizer", "robust_certified")
 METHODS = CERTIFIED_METHODS + approximate.METHODS
@@ -48,43 +50,18 @@ DEFAULTS = {"r": 1e-3, "epsilon": 1.0, "delta": 1e-5, "max_steps": 100_000, "che
             "robust_max_steps": 1000, "robust_noise_std": 0.0}
 
 
-# ---- parameter helpers -----------------------------------------------------------------------------------
-def _num(params: dict, name: str, default: Any = None, *, positive: bool = False, integer: bool = False,
-         unit: bool = False) -> Any:
-    v = params.get(name, default)
-    if v is None:
-        raise InvalidArgument(name, "is required")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise InvalidArgument(name, "must be a finite number")
-    if integer:
-        if float(v) != int(v):
-            raise InvalidArgument(name, "must be an integer")
-        v = int(v)
-    else:
-        v = float(v)
-    if positive and not v > 0:
-        raise InvalidArgument(name, "must be > 0")
-    if unit and not 0 < v < 1:
-        raise InvalidArgument(name, "must be in (0, 1)")
-    return v
-
-
-def _str(params: dict, name: str, default: str | None = None) -> str:
-    v = params.get(name, default)
-    if not isinstance(v, str) or not v:
-        raise InvalidArgument(name, "is required")
-    return v
-
-
-def _privacy(params: dict, config: dict | None = None) -> tuple[float, float]:
+# ---- parameters ------------------------------------------------------------------------------------------
+def _privacy(epsilon: float | None, delta: float | None, config: dict | None = None) -> tuple[float, float]:
+    """(epsilon, delta) of a request: the request's, else the model's, else the defaults; the values come from
+    the typed params (already validated) or a model config (validated here)."""
     cfg = config or {}
-    eps = _num(params, "epsilon", cfg.get("epsilon", DEFAULTS["epsilon"]))
-    if not eps > 0:
+    eps = float(epsilon if epsilon is not None else cfg.get("epsilon", DEFAULTS["epsilon"]))
+    dl = float(delta if delta is not None else cfg.get("delta", DEFAULTS["delta"]))
+    if not (math.isfinite(eps) and eps > 0):
         raise InvalidArgument("epsilon", "must be > 0")
-    delta = _num(params, "delta", cfg.get("delta", DEFAULTS["delta"]))
-    if not 0 < delta < 1:
+    if not 0 < dl < 1:
         raise InvalidArgument("delta", "must be in (0, 1)")
-    return eps, delta
+    return eps, dl
 
 
 def read_dataset(ctx: JobContext, artifact_id: str, field: str = "dataset_artifact_id") -> tuple[Dataset, list[str]]:
@@ -144,13 +121,13 @@ def check_forget_request(method: str, config: dict, forget_ids: list[str], forgo
             metadata={"method": method, "suggested_method": "certified_noisy_minimizer"})
 
 
-def _forget_ids(ctx: JobContext, params: dict) -> list[str]:
-    if params.get("forget_record_ids") is not None and params.get("forget_set_artifact_id"):
+def _forget_ids(ctx: JobContext, p: UnlearnParams) -> list[str]:
+    if p.forget_record_ids is not None and p.forget_set_artifact_id:
         raise InvalidArgument("forget_record_ids", "give forget_record_ids or forget_set_artifact_id, not both")
-    if params.get("forget_record_ids") is not None:
-        return parse_forget_ids(params["forget_record_ids"])
-    if params.get("forget_set_artifact_id"):
-        return decode_forget_set(ctx.read_artifact(_str(params, "forget_set_artifact_id")))
+    if p.forget_record_ids is not None:
+        return parse_forget_ids(p.forget_record_ids)
+    if p.forget_set_artifact_id:
+        return decode_forget_set(ctx.read_artifact(p.forget_set_artifact_id))
     raise InvalidArgument("forget_record_ids", "name the records to forget (or forget_set_artifact_id)")
 
 
@@ -210,11 +187,11 @@ def _report(ctx: JobContext, name: str, report: dict) -> str:
                               REPORT_CONTENT_TYPE, metadata={"kind": "unlearning_report"})
 
 
-def _num_classes(kind: str, params: dict, y: torch.Tensor) -> int:
+def _num_classes(kind: str, num_classes: int, y: torch.Tensor) -> int:
     if kind != "softmax_l2":
         return 1
-    if params.get("num_classes") is not None:
-        return _num(params, "num_classes", integer=True, positive=True)
+    if num_classes:
+        return num_classes
     return int(y.max()) + 1 if y.numel() else 2
 
 
@@ -228,26 +205,22 @@ def run_training(ctx: JobContext) -> dict:
             num_classes (softmax; default max label + 1), capacity (> 0: robust training that keeps
             unlearning of up to `capacity` arbitrary points cheap), trim_fraction, robust_noise_std,
             max_steps, eval_dataset_artifact_id (optional held-out data for metrics)."""
-    p = ctx.params
-    kind = canonical_kind(_str(p, "kind"))
-    if kind not in CONVEX_KINDS:
-        raise InvalidArgument("kind", f"one of {', '.join(CONVEX_KINDS)}")
-    mu = _num(p, "mu", positive=True)
-    r = _num(p, "r", DEFAULTS["r"], positive=True)
-    eps, delta = _privacy(p)
-    seed = _num(p, "seed", 0, integer=True)
-    max_steps = _num(p, "max_steps", DEFAULTS["max_steps"], integer=True, positive=True)
-    every = _num(p, "checkpoint_every", DEFAULTS["checkpoint_every"], integer=True, positive=True)
-    capacity = _num(p, "capacity", 0, integer=True)
-    if capacity < 0:
-        raise InvalidArgument("capacity", "must be >= 0")
-    ds_id = _str(p, "dataset_artifact_id")
+    tp = parse_params(TrainParams, ctx.params)
+    if tp.kind == "dpsgd_softmax":
+        from services.unlearning import dpsgd_jobs
+
+        return dpsgd_jobs.run_dpsgd_training(ctx, tp)
+    kind = canonical_kind(tp.kind)
+    mu = require_mu(tp)
+    r, (eps, delta), seed = tp.r, _privacy(tp.epsilon, tp.delta), tp.seed
+    max_steps, every, capacity = tp.max_steps, tp.checkpoint_every, tp.capacity
+    ds_id = tp.dataset_artifact_id
     ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
     if len(ds) == 0:
         raise InvalidArgument("dataset_artifact_id", "no records left to train on (all were forgotten)")
-    problem = LinearProblem(kind=kind, mu=mu, dim=ds.X.shape[1], num_outputs=_num_classes(kind, p, ds.y))
+    problem = LinearProblem(kind=kind, mu=mu, dim=ds.X.shape[1], num_outputs=_num_classes(kind, tp.num_classes, ds.y))
     X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
-    name = _str(p, "name", "unlearning-linear")
+    name = tp.name
 
     ck = _checkpoint(ctx, "train")
     t0 = time.perf_counter()
@@ -256,21 +229,19 @@ def run_training(ctx: JobContext) -> dict:
     theta0 = problem.zeros()
     robust_evals = 0
     if capacity > 0:
-        trim = robust.trim_count(len(ds), capacity, p.get("trim_fraction"))
+        trim = robust.trim_count(len(ds), capacity, tp.trim_fraction)
         if "robust_done" not in ck:
             rst = robust.RobustState.from_dict(ck["robust"]) if ck.get("phase") == "robust" else None
 
             def rcb(st: robust.RobustState) -> None:
                 ck["phase"], ck["robust"] = "robust", st.to_dict()
                 ctx.save_checkpoint(ck)
-                ctx.progress(0.5 * min(0.99, st.step / DEFAULTS["robust_max_steps"]), f"robust: step {st.step}",
+                ctx.progress(0.5 * min(0.99, st.step / tp.robust_max_steps), f"robust: step {st.step}",
                              direction_norm=st.direction_norm)
                 ctx.check_cancelled()
 
             rres = robust.robust_train(problem, X, y, trim=trim, seed=seed,
-                                       max_steps=_num(p, "robust_max_steps", DEFAULTS["robust_max_steps"],
-                                                      integer=True, positive=True),
-                                       noise_std=_num(p, "robust_noise_std", DEFAULTS["robust_noise_std"]),
+                                       max_steps=tp.robust_max_steps, noise_std=tp.robust_noise_std,
                                        state=rst, callback=rcb, callback_every=every)
             ck["robust_done"] = {"theta": rres.theta, "steps": rres.steps, "grad_evals": rres.grad_evals,
                                  "direction_norm": rres.direction_norm}
@@ -281,7 +252,7 @@ def run_training(ctx: JobContext) -> dict:
         theta0 = done["theta"].to(DTYPE)
         robust_evals = int(done["grad_evals"])
         robust_info = {"trim": trim, "capacity": capacity, "removed": 0, "steps": int(done["steps"]),
-                       "grad_evals": robust_evals, "noise_std": float(p.get("robust_noise_std", 0.0))}
+                       "grad_evals": robust_evals, "noise_std": tp.robust_noise_std}
 
     hint = 1000  # progress display only: the step count is not known in advance
     base = 0.5 if capacity > 0 else 0.0
@@ -296,8 +267,8 @@ def run_training(ctx: JobContext) -> dict:
     state_id = _write_state(ctx, theta_start, out.theta_private)
     cert = out.certificate.to_dict()
     metrics = {f"train_{k}": v for k, v in problem.utility(out.theta_published, X, y).items()}
-    if p.get("eval_dataset_artifact_id"):
-        ev = _load_dataset(ctx, _str(p, "eval_dataset_artifact_id"), "eval_dataset_artifact_id")
+    if tp.eval_dataset_artifact_id:
+        ev = _load_dataset(ctx, tp.eval_dataset_artifact_id, "eval_dataset_artifact_id")
         metrics.update({f"eval_{k}": v for k, v in problem.utility(out.theta_published, ev.X, ev.y).items()})
     config = {"kind": kind, "name": name, "mu": mu, "r": r, "epsilon": eps, "delta": delta,
               "sigma": out.certificate.sigma, "feature_dim": problem.dim, "num_classes": problem.num_outputs,
@@ -318,6 +289,31 @@ def run_training(ctx: JobContext) -> dict:
 
 
 # ---- unlearning ------------------------------------------------------------------------------------------
+MECHANISMS = {
+    "certified_noisy_minimizer": "gaussian output perturbation of a noisy minimizer approximation "
+                                 "(Allouah et al. 2025, Algorithm 1)",
+    "robust_certified": "gaussian output perturbation after robust (trimmed-mean) training "
+                        "(Allouah et al. 2025, Algorithm 2, reconstructed)",
+    "retrain": "retraining on the retain set, published through the same gaussian output perturbation",
+}
+
+
+def guarantee(method: str, report: dict) -> dict:
+    """What an unlearning record promises: "certified" ((eps, delta) indistinguishability from retraining,
+    proved for the named mechanism) or "audited_only" (no proof: the report's empirical evidence only)."""
+    cert = report.get("certificate") or {}
+    if report.get("certified") and cert.get("certified"):
+        eps, delta = float(cert["epsilon"]), float(cert["delta"])
+        return {"kind": "certified", "epsilon": eps, "delta": delta, "mechanism": MECHANISMS.get(method, method),
+                "statement": f"the published weights are ({eps:g}, {delta:g})-indistinguishable from retraining "
+                             "without the forgotten records and publishing through the same mechanism"}
+    mia = report.get("mia_auc") or {}
+    evidence = ", ".join(f"membership-inference AUC {k} {v:.3f}" for k, v in mia.items() if v is not None)
+    return {"kind": "audited_only", "epsilon": None, "delta": None, "mechanism": method,
+            "statement": f"method {method} carries no proof of forgetting; evidence is empirical only"
+                         + (f" ({evidence})" if evidence else "")}
+
+
 def _mia(loss_fn, forget: tuple, heldout: tuple | None) -> float | None:
     if heldout is None or forget[0].shape[0] == 0:
         return None
@@ -333,22 +329,18 @@ def run_unlearning(ctx: JobContext) -> dict:
             max_steps, allow_retrain_fallback (certified_noisy_minimizer: restart from 0 when the request is
             out-of-distribution, default true), mu (for frozen_linear heads without one);
             approximate methods: steps, lr, batch_size, noise_std."""
-    p = ctx.params
-    method = _str(p, "method")
-    if method not in METHODS:
-        raise InvalidArgument("method", f"one of {', '.join(METHODS)}")
-    mvid = _str(p, "model_version_id")
-    eps_in = p.get("epsilon"), p.get("delta")
-    seed = _num(p, "seed", 0, integer=True)
+    p = parse_params(UnlearnParams, ctx.params, field_paths=FIELD_PATHS)
+    method, mvid, seed = p.method, p.model_version_id, p.seed
+    eps_in = p.epsilon, p.delta
     tensors, config = ctx.load_model(mvid)
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
     check_forget_request(method, config, [], set())
     if method in CERTIFIED_METHODS or (convex and method == "retrain"):
-        eps, delta = _privacy(p, config)
+        eps, delta = _privacy(p.epsilon, p.delta, config)
     elif eps_in != (None, None):
-        eps, delta = _privacy(p, config)  # validated even where they do not apply
-    ds_id = p.get("dataset_artifact_id") or config.get("dataset_artifact_id")
+        eps, delta = _privacy(p.epsilon, p.delta, config)  # validated even where they do not apply
+    ds_id = p.dataset_artifact_id or config.get("dataset_artifact_id")
     if not ds_id:
         raise InvalidArgument("dataset_artifact_id", "the model config names no training data: pass it")
     ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
@@ -359,10 +351,10 @@ def run_unlearning(ctx: JobContext) -> dict:
     if int(retain_mask.sum()) == 0:
         raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
     heldout = None
-    if p.get("eval_dataset_artifact_id"):
-        ev = _load_dataset(ctx, _str(p, "eval_dataset_artifact_id"), "eval_dataset_artifact_id")
+    if p.eval_dataset_artifact_id:
+        ev = _load_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")
         heldout = (ev.X, ev.y)
-    name = _str(p, "name", str(config.get("name") or "unlearning-model"))
+    name = p.name or str(config.get("name") or "unlearning-model")
     # everything this lineage no longer holds: earlier exclusions, records tombstoned since, this request
     new_excluded = list(dict.fromkeys(excluded + dropped + forget_ids))
     t0 = time.perf_counter()
@@ -376,6 +368,8 @@ def run_unlearning(ctx: JobContext) -> dict:
         result = _unlearn_approximate(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, seed,
                                       heldout)
     new_tensors, new_config, report, metrics = result
+    report["guarantee"] = guarantee(method, report)
+    new_config["guarantee"] = report["guarantee"]
     new_config.update({"name": name, "excluded_record_ids": new_excluded, "dataset_artifact_id": ds_id,
                        "parent_model_version_id": mvid, "unlearning_method": method})
     report["costs"]["wall_s"] = time.perf_counter() - t0
@@ -391,15 +385,14 @@ def run_unlearning(ctx: JobContext) -> dict:
     ctx.progress(1.0, "unlearned", **{k: float(v) for k, v in metrics.items()})
     return {"model_version_id": info.model_version_id, "report_artifact_id": rid, "certified": report["certified"],
             "certificate": report.get("certificate"), "regime": report.get("regime"), "costs": report["costs"],
-            "metrics": metrics}
+            "metrics": metrics, "guarantee": report["guarantee"]}
 
 
 def _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta, heldout):
-    mu = _num(p, "mu", positive=True) if (config.get("mu") is None and p.get("mu") is not None) else None
+    mu = p.mu if config.get("mu") is None else None
     problem = problem_from_config(config, mu=mu, tensors=tensors)
-    r = _num(p, "r", config.get("r", DEFAULTS["r"]), positive=True)
-    max_steps = _num(p, "max_steps", DEFAULTS["max_steps"], integer=True, positive=True)
-    every = _num(p, "checkpoint_every", DEFAULTS["checkpoint_every"], integer=True, positive=True)
+    r = p.r if p.r is not None else float(config.get("r", DEFAULTS["r"]))
+    max_steps, every = p.max_steps, p.checkpoint_every
     X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
     Xr, yr = X[retain_mask], y[retain_mask]
     Xf, yf = X[forget_mask], y[forget_mask]
@@ -425,7 +418,7 @@ def _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget
     if method == "retrain":
         start = "zero"
     elif method == "certified_noisy_minimizer" and reg["regime"] == "out_of_distribution" \
-            and bool(p.get("allow_retrain_fallback", True)):
+            and p.allow_retrain_fallback:
         start = "zero"
     else:
         start = "warm"
@@ -481,11 +474,8 @@ def _unlearn_approximate(ctx, ck, p, method, config, tensors, ds, retain_mask, f
     if heldout is not None:
         Xh = heldout[0].to(X.dtype)
         mia_before = _mia(approximate.per_example_loss_fn(module, loss_fn), (Xf, yf), (Xh, heldout[1]))
-    steps = _num(p, "steps", 200, integer=True, positive=True)
-    lr = _num(p, "lr", 0.1, positive=True)
-    bs = _num(p, "batch_size", 64, integer=True, positive=True)
-    noise_std = _num(p, "noise_std", 1e-3 if method == "noisy_finetune" else 0.0)
-    every = _num(p, "checkpoint_every", DEFAULTS["checkpoint_every"], integer=True, positive=True)
+    steps, lr, bs, every = p.steps, p.lr, p.batch_size, p.checkpoint_every
+    noise_std = p.noise_std if p.noise_std is not None else (1e-3 if method == "noisy_finetune" else 0.0)
     state = approximate.SGDState.from_dict(ck["sgd"]) if ck.get("phase") == "sgd" else None
 
     def cb(st: approximate.SGDState) -> None:
@@ -526,13 +516,12 @@ def run_audit(ctx: JobContext) -> dict:
     Empirical epsilon: the version's pre-noise parameters (its private state) vs the same procedure run on
     the retain set from scratch, each published with the version's sigma over `runs` draws; score direction
     and threshold chosen on one half of the draws, FP/FN counted on the other (audit.py)."""
-    p = ctx.params
-    mvid = _str(p, "model_version_id")
-    runs = _num(p, "runs", 1000, integer=True, positive=True)
-    if runs < 20:
-        raise InvalidArgument("runs", "need at least 20 runs per side")
-    alpha = _num(p, "alpha", 0.05, unit=True)
-    seed = _num(p, "seed", 0, integer=True)
+    p = parse_params(AuditParams, ctx.params)
+    if p.method == "hidden_state_canary":
+        from services.unlearning import dpsgd_jobs
+
+        return dpsgd_jobs.run_canary_audit(ctx, p)
+    mvid, runs, alpha, seed = p.model_version_id, p.runs, p.alpha, p.seed
     tensors, config = ctx.load_model(mvid)
     kind = str(config.get("kind", ""))
     if not is_convex_kind(kind) or not config.get("certificate"):
@@ -543,7 +532,7 @@ def run_audit(ctx: JobContext) -> dict:
     problem = problem_from_config(config, tensors=tensors)
     cert = config["certificate"]
     r, eps, delta, sigma = float(config["r"]), float(cert["epsilon"]), float(cert["delta"]), float(cert["sigma"])
-    ds_id = p.get("dataset_artifact_id") or config.get("dataset_artifact_id")
+    ds_id = p.dataset_artifact_id or config.get("dataset_artifact_id")
     ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
     X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
     excluded = list(config.get("excluded_record_ids") or [])
@@ -557,10 +546,9 @@ def run_audit(ctx: JobContext) -> dict:
     theta_u = loads_state(ctx.read_artifact(config["state_artifact_id"]))["theta_private"].to(DTYPE)
     ck = _checkpoint(ctx, "audit")
     ctx.check_cancelled()
-    every = _num(p, "checkpoint_every", DEFAULTS["checkpoint_every"], integer=True, positive=True)
+    every = p.checkpoint_every
     ref = certified.retrain_certified(problem, X[retain_mask], y[retain_mask], radius=r, epsilon=eps, delta=delta,
-                                      max_steps=_num(p, "max_steps", DEFAULTS["max_steps"],
-                                                                       integer=True, positive=True),
+                                      max_steps=p.max_steps,
                                       state=_resume_gd(ck, "retrain"),
                                       callback=_gd_callback(ctx, ck, "retrain", 1000, 0.0, 0.8), callback_every=every)
     eps_audit = audit.audit_gaussian_outputs(theta_u, ref.theta_private, sigma, runs=runs, delta=delta, seed=seed,
@@ -575,8 +563,8 @@ def run_audit(ctx: JobContext) -> dict:
     }
     result["utility"] = {"unlearned": problem.utility(theta_pub, X[retain_mask], y[retain_mask]),
                          "retrained": problem.utility(ref.theta_published, X[retain_mask], y[retain_mask])}
-    if p.get("eval_dataset_artifact_id"):
-        ev = _load_dataset(ctx, _str(p, "eval_dataset_artifact_id"), "eval_dataset_artifact_id")
+    if p.eval_dataset_artifact_id:
+        ev = _load_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")
         Xh, yh = problem.check_data(ev.X, ev.y, "eval_dataset_artifact_id")
         u, rt = problem.utility(theta_pub, Xh, yh), problem.utility(ref.theta_published, Xh, yh)
         result["utility"].update({"eval_unlearned": u, "eval_retrained": rt, "eval_gap": audit.utility_gap(u, rt)})
@@ -585,8 +573,8 @@ def run_audit(ctx: JobContext) -> dict:
             mia = {"after": audit.loss_mia_auc(lambda A, b: problem.per_example_loss(theta_pub, A, b), (Xf, yf), (Xh, yh)),
                    "retrained": audit.loss_mia_auc(lambda A, b: problem.per_example_loss(ref.theta_published, A, b),
                                                    (Xf, yf), (Xh, yh))}
-            if p.get("original_model_version_id"):
-                t0, _ = ctx.load_model(_str(p, "original_model_version_id"))
+            if p.original_model_version_id:
+                t0, _ = ctx.load_model(p.original_model_version_id)
                 th0 = problem.from_tensors(t0)
                 mia["before"] = audit.loss_mia_auc(lambda A, b: problem.per_example_loss(th0, A, b), (Xf, yf), (Xh, yh))
             result["mia_auc"] = mia

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +28,12 @@ from services.common.jobs import (
     encode_page_token,
     parse_uuid,
 )
-from services.common.registry import Registry, check_model_name
+from services.common.registry import Registry
 from services.unlearning.data import decode_dataset, decode_forget_set, parse_forget_ids
 from services.unlearning.jobs import CERTIFIED_METHODS, METHODS, check_forget_request
+from services.common.params import parse_params
 from services.unlearning.linear import CONVEX_KINDS
+from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, require_mu
 
 REPORT_SCHEMA = "praxon.unlearning.report/v1"
 # Record ids are checked against the dataset at request time when the dataset artifact is at most this big;
@@ -64,6 +65,7 @@ class TrainRequest:
     capacity: int = 0
     eval_dataset_artifact_id: str = ""
     idempotency_key: str = ""
+    dpsgd: dict[str, Any] | None = None   # kind dpsgd_softmax: DpSgdParams fields
 
 
 @dataclass
@@ -96,19 +98,8 @@ class AuditRequest:
     alpha: float = 0.0
     seed: int = 0
     idempotency_key: str = ""
-
-
-def _finite(value: float, name: str) -> float:
-    if not math.isfinite(value):
-        raise InvalidArgument(name, "must be a finite number")
-    return float(value)
-
-
-def check_privacy(epsilon: float | None, delta: float | None) -> None:
-    if epsilon is not None and not (_finite(epsilon, "epsilon") > 0):
-        raise InvalidArgument("epsilon", "must be > 0")
-    if delta is not None and not (0 < _finite(delta, "delta") < 1):
-        raise InvalidArgument("delta", "must be in (0, 1)")
+    method: str = ""          # "" = output_perturbation
+    canary_every: int = 0     # hidden_state_canary: k (0 means 1)
 
 
 @dataclass
@@ -119,33 +110,25 @@ class UnlearningRecords:
 
     # ---- requests ---------------------------------------------------------------------------------------
     def start_training(self, tenant: str, req: TrainRequest) -> dict:
-        if req.kind not in CONVEX_KINDS:
-            raise InvalidArgument("kind", f"one of {', '.join(CONVEX_KINDS)}")
-        if not req.dataset_artifact_id:
-            raise InvalidArgument("dataset_artifact_id", "required")
-        check_model_name(req.name, "name")
-        if not _finite(req.mu, "mu") > 0:
-            raise InvalidArgument("mu", "must be > 0 (the L2 regularisation makes the loss strongly convex)")
-        if req.r is not None and not _finite(req.r, "r") > 0:
-            raise InvalidArgument("r", "must be > 0")
-        check_privacy(req.epsilon, req.delta)
-        if req.num_classes < 0:
-            raise InvalidArgument("num_classes", "must be >= 0")
-        if req.capacity < 0:
-            raise InvalidArgument("capacity", "must be >= 0")
-        self.registry.get_artifact(tenant, req.dataset_artifact_id, "dataset_artifact_id")
-        params: dict[str, Any] = {"dataset_artifact_id": parse_uuid(req.dataset_artifact_id, "dataset_artifact_id"),
-                                  "kind": req.kind, "name": req.name, "mu": req.mu, "seed": req.seed}
+        raw: dict[str, Any] = {"dataset_artifact_id": req.dataset_artifact_id, "kind": req.kind, "name": req.name,
+                               "seed": req.seed, "num_classes": req.num_classes, "capacity": req.capacity,
+                               "eval_dataset_artifact_id": req.eval_dataset_artifact_id or None}
+        if req.kind != "dpsgd_softmax" or req.mu:
+            raw["mu"] = req.mu
         for k in ("r", "epsilon", "delta"):
             if getattr(req, k) is not None:
-                params[k] = getattr(req, k)
-        if req.num_classes:
-            params["num_classes"] = req.num_classes
-        if req.capacity:
-            params["capacity"] = req.capacity
-        if req.eval_dataset_artifact_id:
+                raw[k] = getattr(req, k)
+        if req.dpsgd is not None:
+            raw["dpsgd"] = {k: v for k, v in req.dpsgd.items() if v is not None}
+        tp = parse_params(TrainParams, raw, field_paths={"dpsgd": "dpsgd"})
+        if tp.kind in CONVEX_KINDS:
+            require_mu(tp)
+        self.registry.get_artifact(tenant, tp.dataset_artifact_id, "dataset_artifact_id")
+        params = tp.model_dump(exclude_none=True)
+        params["dataset_artifact_id"] = parse_uuid(tp.dataset_artifact_id, "dataset_artifact_id")
+        if tp.eval_dataset_artifact_id:
             params["eval_dataset_artifact_id"] = str(self.registry.get_artifact(
-                tenant, req.eval_dataset_artifact_id, "eval_dataset_artifact_id")["id"])
+                tenant, tp.eval_dataset_artifact_id, "eval_dataset_artifact_id")["id"])
         return self.jobs.submit(tenant, "unlearning.train", params, req.idempotency_key)
 
     def _version(self, tenant: str, version_id: str, name: str, version: int, alias: str) -> dict:
@@ -174,7 +157,12 @@ class UnlearningRecords:
                 return found
         if req.method not in METHODS:
             raise InvalidArgument("method", f"one of {', '.join(METHODS)}")
-        check_privacy(req.epsilon, req.delta)
+        # the job's own parameter model, on what is known before the version is resolved
+        typed = parse_params(UnlearnParams, {
+            "model_version_id": req.model_version_id or "-", "method": req.method, "epsilon": req.epsilon,
+            "delta": req.delta, "seed": req.seed, "name": req.name or None,
+            **({"steps": req.steps} if req.steps else {}), **({"lr": req.learning_rate} if req.learning_rate else {})},
+            field_paths=FIELD_PATHS)
         if req.forget_record_ids and req.forget_set_artifact_id:
             raise InvalidArgument("forget_record_ids", "give forget_record_ids or forget_set_artifact_id, not both")
         if not req.forget_record_ids and not req.forget_set_artifact_id:
@@ -184,12 +172,6 @@ class UnlearningRecords:
             raise InvalidArgument("forget_record_ids", f"at most {MAX_FORGET_IDS} ids per request; upload a forget set")
         if len(req.reason) > MAX_REASON_CHARS:
             raise InvalidArgument("reason", f"at most {MAX_REASON_CHARS} characters")
-        if req.steps < 0:
-            raise InvalidArgument("steps", "must be >= 0")
-        if req.learning_rate < 0 or not math.isfinite(req.learning_rate):
-            raise InvalidArgument("learning_rate", "must be a finite number >= 0")
-        if req.name:
-            check_model_name(req.name, "name")
         version = self._version(tenant, req.model_version_id, req.model_name, req.model_version, req.model_alias)
         config = dict(version["config"])
         ds_id = str(version["dataset_artifact_id"] or config.get("dataset_artifact_id") or "")
@@ -215,18 +197,17 @@ class UnlearningRecords:
 
         record_id = str(uuid.uuid4())
         params: dict[str, Any] = {"model_version_id": str(version["id"]), "forget_record_ids": ids,
-                                  "method": req.method, "seed": req.seed, "record_id": record_id}
-        for k in ("epsilon", "delta"):
-            if getattr(req, k) is not None:
-                params[k] = getattr(req, k)
-        if req.name:
-            params["name"] = req.name
+                                  "method": typed.method, "seed": typed.seed, "record_id": record_id}
+        for k in ("epsilon", "delta", "name"):
+            if getattr(typed, k) is not None:
+                params[k] = getattr(typed, k)
         if req.eval_dataset_artifact_id:
             params["eval_dataset_artifact_id"] = parse_uuid(req.eval_dataset_artifact_id, "eval_dataset_artifact_id")
         if req.steps:
-            params["steps"] = req.steps
+            params["steps"] = typed.steps
         if req.learning_rate:
-            params["lr"] = req.learning_rate
+            params["lr"] = typed.lr
+        params = parse_params(UnlearnParams, params, field_paths=FIELD_PATHS).model_dump(exclude_none=True)
 
         def insert_record(conn: Connection, job: dict) -> None:
             conn.execute(
@@ -258,15 +239,14 @@ class UnlearningRecords:
         return job, str(rec["id"])
 
     def start_audit(self, tenant: str, req: AuditRequest) -> dict:
-        runs = req.runs or 1000
-        if not 20 <= runs <= 100_000:
-            raise InvalidArgument("runs", "between 20 and 100000 (0 means 1000)")
-        alpha = req.alpha or 0.05
-        if not 0 < _finite(alpha, "alpha") < 1:
-            raise InvalidArgument("alpha", "must be in (0, 1)")
+        method = req.method or "output_perturbation"
+        base: dict[str, Any] = {"model_version_id": "-", "method": method, "runs": req.runs or 1000,
+                                "alpha": req.alpha or 0.05, "seed": req.seed,
+                                "canary_every": req.canary_every or 1}
+        parse_params(AuditParams, base)
         if req.record_id and req.model_name:
             raise InvalidArgument("record_id", "give record_id or model, not both")
-        params: dict[str, Any] = {"runs": runs, "alpha": alpha, "seed": req.seed}
+        params: dict[str, Any] = {k: v for k, v in base.items() if k != "model_version_id"}
         if req.record_id:
             rec = self.get(tenant, req.record_id)
             if rec["state"] != "SUCCEEDED" or not rec["new_model_version_id"]:
@@ -281,13 +261,25 @@ class UnlearningRecords:
         else:
             raise InvalidArgument("record_id", "name the record (or the model) to audit")
         config = dict(version["config"])
+        if method == "hidden_state_canary":
+            if config.get("kind") != "dpsgd_softmax" or not config.get("dpsgd"):
+                raise FailedPrecondition(
+                    f"model version {version['name']} v{version['version']} was not trained with DP-SGD (kind "
+                    f"{version['kind']!r}): the hidden-state canary audit replays a DP-SGD training configuration",
+                    reason="NOT_DPSGD")
+            params["model_version_id"] = str(version["id"])
+            params.pop("original_model_version_id", None)
+            params.pop("eval_dataset_artifact_id", None)
+            return self.jobs.submit(tenant, "unlearning.audit", parse_params(AuditParams, params).model_dump(
+                exclude_none=True), req.idempotency_key)
         if not config.get("certificate") or not config.get("state_artifact_id"):
             raise FailedPrecondition(
                 f"model version {version['name']} v{version['version']} carries no certificate (kind "
                 f"{version['kind']!r}): the epsilon audit applies to outputs of {', '.join(CERTIFIED_METHODS)}; "
                 "membership inference is in the unlearning report", reason="NOT_CERTIFIED")
         params["model_version_id"] = str(version["id"])
-        return self.jobs.submit(tenant, "unlearning.audit", params, req.idempotency_key)
+        return self.jobs.submit(tenant, "unlearning.audit", parse_params(AuditParams, params).model_dump(
+            exclude_none=True), req.idempotency_key)
 
     # ---- reading records --------------------------------------------------------------------------------
     _SELECT = (

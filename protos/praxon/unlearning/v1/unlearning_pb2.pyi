@@ -27,6 +27,13 @@ class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_KIND_LOGREG_L2: _ClassVar[ModelKind]
     MODEL_KIND_SOFTMAX_L2: _ClassVar[ModelKind]
     MODEL_KIND_RIDGE_L2: _ClassVar[ModelKind]
+    MODEL_KIND_DPSGD_SOFTMAX: _ClassVar[ModelKind]
+
+class AuditMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AUDIT_METHOD_UNSPECIFIED: _ClassVar[AuditMethod]
+    AUDIT_METHOD_OUTPUT_PERTURBATION: _ClassVar[AuditMethod]
+    AUDIT_METHOD_HIDDEN_STATE_CANARY: _ClassVar[AuditMethod]
 METHOD_UNSPECIFIED: Method
 METHOD_CERTIFIED_NOISY_MINIMIZER: Method
 METHOD_ROBUST_CERTIFIED: Method
@@ -38,9 +45,41 @@ MODEL_KIND_UNSPECIFIED: ModelKind
 MODEL_KIND_LOGREG_L2: ModelKind
 MODEL_KIND_SOFTMAX_L2: ModelKind
 MODEL_KIND_RIDGE_L2: ModelKind
+MODEL_KIND_DPSGD_SOFTMAX: ModelKind
+AUDIT_METHOD_UNSPECIFIED: AuditMethod
+AUDIT_METHOD_OUTPUT_PERTURBATION: AuditMethod
+AUDIT_METHOD_HIDDEN_STATE_CANARY: AuditMethod
+
+class DpSgdConfig(_message.Message):
+    __slots__ = ("noise_multiplier", "max_grad_norm", "steps", "sample_rate", "learning_rate")
+    NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    noise_multiplier: float
+    max_grad_norm: float
+    steps: int
+    sample_rate: float
+    learning_rate: float
+    def __init__(self, noise_multiplier: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., steps: _Optional[int] = ..., sample_rate: _Optional[float] = ..., learning_rate: _Optional[float] = ...) -> None: ...
+
+class Guarantee(_message.Message):
+    __slots__ = ("kind", "epsilon", "delta", "mechanism", "statement")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    epsilon: float
+    delta: float
+    mechanism: str
+    statement: str
+    def __init__(self, kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., mechanism: _Optional[str] = ..., statement: _Optional[str] = ...) -> None: ...
 
 class StartTrainingJobRequest(_message.Message):
-    __slots__ = ("dataset_artifact_id", "kind", "name", "mu", "r", "epsilon", "delta", "seed", "num_classes", "capacity", "eval_dataset_artifact_id", "idempotency_key")
+    __slots__ = ("dataset_artifact_id", "kind", "name", "mu", "r", "epsilon", "delta", "seed", "num_classes", "capacity", "eval_dataset_artifact_id", "idempotency_key", "dpsgd")
     DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +92,7 @@ class StartTrainingJobRequest(_message.Message):
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     EVAL_DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DPSGD_FIELD_NUMBER: _ClassVar[int]
     dataset_artifact_id: str
     kind: ModelKind
     name: str
@@ -65,7 +105,8 @@ class StartTrainingJobRequest(_message.Message):
     capacity: int
     eval_dataset_artifact_id: str
     idempotency_key: str
-    def __init__(self, dataset_artifact_id: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., name: _Optional[str] = ..., mu: _Optional[float] = ..., r: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., num_classes: _Optional[int] = ..., capacity: _Optional[int] = ..., eval_dataset_artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    dpsgd: DpSgdConfig
+    def __init__(self, dataset_artifact_id: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., name: _Optional[str] = ..., mu: _Optional[float] = ..., r: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., num_classes: _Optional[int] = ..., capacity: _Optional[int] = ..., eval_dataset_artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., dpsgd: _Optional[_Union[DpSgdConfig, _Mapping]] = ...) -> None: ...
 
 class StartTrainingJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -114,20 +155,24 @@ class StartUnlearningJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., record_id: _Optional[str] = ...) -> None: ...
 
 class StartAuditJobRequest(_message.Message):
-    __slots__ = ("record_id", "model", "runs", "alpha", "seed", "idempotency_key")
+    __slots__ = ("record_id", "model", "runs", "alpha", "seed", "idempotency_key", "method", "canary_every")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    CANARY_EVERY_FIELD_NUMBER: _ClassVar[int]
     record_id: str
     model: _common_pb2.ModelRef
     runs: int
     alpha: float
     seed: int
     idempotency_key: str
-    def __init__(self, record_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., runs: _Optional[int] = ..., alpha: _Optional[float] = ..., seed: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    method: AuditMethod
+    canary_every: int
+    def __init__(self, record_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., runs: _Optional[int] = ..., alpha: _Optional[float] = ..., seed: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., method: _Optional[_Union[AuditMethod, str]] = ..., canary_every: _Optional[int] = ...) -> None: ...
 
 class StartAuditJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -174,7 +219,7 @@ class Certificate(_message.Message):
     def __init__(self, certified: _Optional[bool] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., radius: _Optional[float] = ..., sigma: _Optional[float] = ..., steps: _Optional[int] = ..., gradient_evaluations: _Optional[int] = ..., final_gradient_norm: _Optional[float] = ..., mu: _Optional[float] = ..., start: _Optional[str] = ..., definition: _Optional[str] = ...) -> None: ...
 
 class Audit(_message.Message):
-    __slots__ = ("job_id", "state", "epsilon_lower_bound", "claimed_epsilon", "violated", "pre_noise_distance", "sensitivity_bound", "report_artifact_id", "error", "finish_time")
+    __slots__ = ("job_id", "state", "epsilon_lower_bound", "claimed_epsilon", "violated", "pre_noise_distance", "sensitivity_bound", "report_artifact_id", "error", "finish_time", "method", "accountant_epsilon", "canary_every", "runs", "confidence")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EPSILON_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +230,11 @@ class Audit(_message.Message):
     REPORT_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTANT_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    CANARY_EVERY_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: _common_pb2.JobState
     epsilon_lower_bound: float
@@ -195,10 +245,15 @@ class Audit(_message.Message):
     report_artifact_id: str
     error: _common_pb2.JobError
     finish_time: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., epsilon_lower_bound: _Optional[float] = ..., claimed_epsilon: _Optional[float] = ..., violated: _Optional[bool] = ..., pre_noise_distance: _Optional[float] = ..., sensitivity_bound: _Optional[float] = ..., report_artifact_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.JobError, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    method: AuditMethod
+    accountant_epsilon: float
+    canary_every: int
+    runs: int
+    confidence: float
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., epsilon_lower_bound: _Optional[float] = ..., claimed_epsilon: _Optional[float] = ..., violated: _Optional[bool] = ..., pre_noise_distance: _Optional[float] = ..., sensitivity_bound: _Optional[float] = ..., report_artifact_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.JobError, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., method: _Optional[_Union[AuditMethod, str]] = ..., accountant_epsilon: _Optional[float] = ..., canary_every: _Optional[int] = ..., runs: _Optional[int] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class UnlearningRecord(_message.Message):
-    __slots__ = ("id", "requester", "job_id", "source_model", "source_model_version_id", "dataset_artifact_id", "forget_record_ids", "forget_set_artifact_id", "method", "epsilon", "delta", "reason", "create_time", "state", "certificate", "new_model", "new_model_version_id", "report_artifact_id", "regime", "costs", "metrics", "error", "finish_time", "audits")
+    __slots__ = ("id", "requester", "job_id", "source_model", "source_model_version_id", "dataset_artifact_id", "forget_record_ids", "forget_set_artifact_id", "method", "epsilon", "delta", "reason", "create_time", "state", "certificate", "new_model", "new_model_version_id", "report_artifact_id", "regime", "costs", "metrics", "error", "finish_time", "audits", "guarantee")
     class CostsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +292,7 @@ class UnlearningRecord(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     AUDITS_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
     id: str
     requester: Requester
     job_id: str
@@ -261,7 +317,8 @@ class UnlearningRecord(_message.Message):
     error: _common_pb2.JobError
     finish_time: _timestamp_pb2.Timestamp
     audits: _containers.RepeatedCompositeFieldContainer[Audit]
-    def __init__(self, id: _Optional[str] = ..., requester: _Optional[_Union[Requester, _Mapping]] = ..., job_id: _Optional[str] = ..., source_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., source_model_version_id: _Optional[str] = ..., dataset_artifact_id: _Optional[str] = ..., forget_record_ids: _Optional[_Iterable[str]] = ..., forget_set_artifact_id: _Optional[str] = ..., method: _Optional[_Union[Method, str]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., certificate: _Optional[_Union[Certificate, _Mapping]] = ..., new_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., new_model_version_id: _Optional[str] = ..., report_artifact_id: _Optional[str] = ..., regime: _Optional[str] = ..., costs: _Optional[_Mapping[str, float]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., error: _Optional[_Union[_common_pb2.JobError, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., audits: _Optional[_Iterable[_Union[Audit, _Mapping]]] = ...) -> None: ...
+    guarantee: Guarantee
+    def __init__(self, id: _Optional[str] = ..., requester: _Optional[_Union[Requester, _Mapping]] = ..., job_id: _Optional[str] = ..., source_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., source_model_version_id: _Optional[str] = ..., dataset_artifact_id: _Optional[str] = ..., forget_record_ids: _Optional[_Iterable[str]] = ..., forget_set_artifact_id: _Optional[str] = ..., method: _Optional[_Union[Method, str]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., certificate: _Optional[_Union[Certificate, _Mapping]] = ..., new_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., new_model_version_id: _Optional[str] = ..., report_artifact_id: _Optional[str] = ..., regime: _Optional[str] = ..., costs: _Optional[_Mapping[str, float]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., error: _Optional[_Union[_common_pb2.JobError, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., audits: _Optional[_Iterable[_Union[Audit, _Mapping]]] = ..., guarantee: _Optional[_Union[Guarantee, _Mapping]] = ...) -> None: ...
 
 class GetUnlearningRecordRequest(_message.Message):
     __slots__ = ("record_id",)

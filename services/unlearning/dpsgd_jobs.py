@@ -1,0 +1,139 @@
+"""The DP-SGD jobs of the unlearning service (dpsgd.py holds the algorithms):
+
+  run_dpsgd_training(ctx, p)  kind dpsgd_softmax of unlearning.train: DP-SGD through Opacus, the accountant's
+                              (epsilon, delta) recorded as the version's guarantee
+  run_canary_audit(ctx, p)    method hidden_state_canary of unlearning.audit: the crafted-gradient canary audit
+                              of the version's DP-SGD configuration on its training data, beside the accountant
+
+Both checkpoint (the training every `checkpoint_every` steps, with its secret generator state kept only in the
+private checkpoint; the audit every few runs, its scores so far) and resume from there after a crash."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import torch
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.jobcontext import JobContext
+from services.unlearning import dpsgd
+from services.unlearning.params import AuditParams, DpSgdParams, TrainParams
+
+REPORT_CONTENT_TYPE = "application/json"
+MECHANISM = "DP-SGD (Opacus: per-sample clipping, Gaussian noise, Poisson sampling)"
+
+
+def _checkpoint(ctx: JobContext, job: str) -> dict:
+    key = hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
+    ck = ctx.load_checkpoint()
+    if isinstance(ck, dict) and ck.get("job") == job and ck.get("params_sha256") == key:
+        return ck
+    return {"job": job, "params_sha256": key}
+
+
+def _report(ctx: JobContext, name: str, report: dict) -> str:
+    return ctx.write_artifact(name, json.dumps(report, indent=2, sort_keys=True, default=float).encode(),
+                              REPORT_CONTENT_TYPE, metadata={"kind": "unlearning_report"})
+
+
+def config_of(p: DpSgdParams, delta: float) -> dpsgd.DpSgdConfig:
+    return dpsgd.DpSgdConfig(noise_multiplier=p.noise_multiplier, max_grad_norm=p.max_grad_norm, steps=p.steps,
+                             sample_rate=p.sample_rate, lr=p.lr, delta=delta, accountant=p.accountant)
+
+
+def run_dpsgd_training(ctx: JobContext, p: TrainParams) -> dict[str, Any]:
+    from services.unlearning.jobs import _load_dataset, read_dataset
+
+    dp = p.dpsgd or DpSgdParams()
+    cfg = config_of(dp, p.delta)
+    ds, dropped = read_dataset(ctx, p.dataset_artifact_id, "dataset_artifact_id")
+    if len(ds) == 0:
+        raise InvalidArgument("dataset_artifact_id", "no records left to train on (all were forgotten)")
+    y = ds.y.to(torch.int64)
+    if ds.y.is_floating_point() and not bool((ds.y == ds.y.round()).all()):
+        raise InvalidArgument("dataset_artifact_id", "dpsgd_softmax needs integer class labels")
+    c = p.num_classes or (int(y.max()) + 1 if y.numel() else 2)
+    if int(y.min()) < 0 or int(y.max()) >= c or c < 2:
+        raise InvalidArgument("dataset_artifact_id", f"labels must be in [0, {c}) with at least 2 classes")
+    eps = dpsgd.accountant_epsilon(cfg)
+    ck = _checkpoint(ctx, "dpsgd_train")
+    t0 = time.perf_counter()
+    ctx.check_cancelled()
+
+    def on_step(t: int, state: dict) -> None:
+        done = t + 1
+        if done % p.checkpoint_every == 0 and done < cfg.steps:
+            ck["dpsgd"] = state
+            ctx.save_checkpoint(ck)
+        if done % max(1, cfg.steps // 50) == 0:
+            ctx.progress(0.95 * done / cfg.steps, f"dp-sgd: step {done}/{cfg.steps}")
+        ctx.check_cancelled()
+
+    res = dpsgd.train_dpsgd(ds.X, y, c, cfg, resume=ck.get("dpsgd"), on_state=on_step)
+    tensors = {"W": res.weight.contiguous(), "b": res.bias.contiguous()}
+    logits = ds.X.to(dpsgd.DTYPE) @ res.weight.T + res.bias
+    metrics = {"train_accuracy": float((logits.argmax(1) == y).float().mean())}
+    if p.eval_dataset_artifact_id:
+        ev = _load_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")
+        le = ev.X.to(dpsgd.DTYPE) @ res.weight.T + res.bias
+        metrics["eval_accuracy"] = float((le.argmax(1) == ev.y.to(torch.int64)).float().mean())
+    guarantee = {"kind": "dp_training", "epsilon": eps, "delta": p.delta, "mechanism": MECHANISM,
+                 "statement": f"the weights are ({eps:.4g}, {p.delta:g})-DP with respect to each training record "
+                              f"({cfg.accountant} accountant over {cfg.steps} steps, q={cfg.sample_rate:g}, "
+                              f"sigma={cfg.noise_multiplier:g}); not certified for unlearning"}
+    config = {"kind": "dpsgd_softmax", "name": p.name, "feature_dim": int(ds.X.shape[1]), "num_classes": c,
+              "dpsgd": cfg.to_dict(), "accountant_epsilon": eps, "epsilon": eps, "delta": p.delta,
+              "dataset_artifact_id": p.dataset_artifact_id, "excluded_record_ids": dropped, "guarantee": guarantee,
+              "certificate": None}
+    info = ctx.register_model(p.name, tensors, kind="dpsgd_softmax", config=config, metrics=metrics,
+                              dataset_artifact_id=p.dataset_artifact_id)
+    costs = {"steps": cfg.steps, "mean_batch": float(sum(res.batch_sizes) / len(res.batch_sizes)),
+             "wall_s": time.perf_counter() - t0}
+    report = {"job": "train", "kind": "dpsgd_softmax", "model_version_id": info.model_version_id,
+              "guarantee": guarantee, "dpsgd": cfg.to_dict(), "metrics": metrics, "costs": costs, "n": len(ds)}
+    rid = _report(ctx, "training_report.json", report)
+    ctx.progress(1.0, "trained", accountant_epsilon=eps, **metrics)
+    return {"model_version_id": info.model_version_id, "report_artifact_id": rid, "guarantee": guarantee,
+            "accountant_epsilon": eps, "costs": costs, "metrics": metrics, "certificate": None}
+
+
+def run_canary_audit(ctx: JobContext, p: AuditParams) -> dict[str, Any]:
+    from services.unlearning.jobs import read_dataset
+
+    tensors, config = ctx.load_model(p.model_version_id)
+    if config.get("kind") != "dpsgd_softmax" or not config.get("dpsgd"):
+        raise FailedPrecondition(f"model version {p.model_version_id} was not trained with DP-SGD (kind "
+                                 f"{config.get('kind')!r}): the hidden-state canary audit replays a DP-SGD "
+                                 "training configuration", reason="NOT_DPSGD")
+    cfg = dpsgd.DpSgdConfig(**config["dpsgd"])
+    ds_id = p.dataset_artifact_id or config.get("dataset_artifact_id")
+    ds, _ = read_dataset(ctx, ds_id, "dataset_artifact_id")
+    if p.canary_every > cfg.steps:
+        raise InvalidArgument("canary_every", f"must be at most the {cfg.steps} training steps")
+    ck = _checkpoint(ctx, "canary_audit")
+    ctx.check_cancelled()
+    every = max(1, min(p.checkpoint_every, p.runs // 10 or 1))
+
+    def on_run(i: int, scores: dict) -> None:
+        done = i + 1
+        if done % every == 0 and done < p.runs:
+            ck["scores"] = {k: list(v) for k, v in scores.items()}
+            ctx.save_checkpoint(ck)
+        ctx.progress(0.95 * done / p.runs, f"canary audit: run {done}/{p.runs}")
+        ctx.check_cancelled()
+
+    out = dpsgd.hidden_state_canary_audit(ds.X, ds.y.to(torch.int64), int(config["num_classes"]), cfg,
+                                          runs=p.runs, canary_every=p.canary_every, alpha=p.alpha, seed=p.seed,
+                                          on_run=on_run, done=ck.get("scores"))
+    result = {"job": "audit", "method": "hidden_state_canary", "model_version_id": p.model_version_id,
+              "canary_every": p.canary_every, "runs": p.runs, "accountant": cfg.accountant,
+              "accountant_epsilon": out.accountant_epsilon, "eps_lower": out.eps_lower, "ratio": out.ratio,
+              "epsilon_audit": out.epsilon_audit, "coordinate": out.coordinate, "dpsgd": cfg.to_dict(),
+              "mean_insertions": out.mean_insertions,
+              "table": {"mechanism": "dpsgd", "k": p.canary_every, "runs": p.runs, "eps_lower": out.eps_lower,
+                        "eps_upper": out.accountant_epsilon}}
+    result["report_artifact_id"] = _report(ctx, "audit_report.json", result)
+    ctx.progress(1.0, "audited", eps_lower=out.eps_lower, accountant_epsilon=out.accountant_epsilon)
+    return result
