@@ -1,0 +1,215 @@
+"""Crystal datasets: a tenant's CIF set (validated file by file) or the built-in set (the ordered structures
+pymatgen and pyxtal ship, plus pyxtal random symmetric crystals over a spread of space groups), stored as one JSON
+artifact of asymmetric-unit representations with a fixed train/val/test split (by a hash of each crystal's source,
+so the split of a crystal never depends on what else is in the set)."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from services.common.errors import FieldViolation, InvalidArgument
+from services.design.crystals import representation as R
+
+DATASET_FORMAT = "praxon.design.crystals.dataset/v1"
+DATASET_CONTENT_TYPE = "application/vnd.praxon.crystals-dataset+json"
+MAX_CELL_ATOMS = 64
+MAX_ASYM_ATOMS = 16
+
+# Spread of space groups over all seven crystal systems for the random part of the built-in set.
+BUILTIN_GROUPS = (2, 12, 14, 15, 62, 63, 65, 71, 99, 123, 129, 139, 141, 148, 164, 166, 187, 191, 194, 205,
+                  216, 221, 225, 227, 229)
+# Charge-balanced prototypes (elements, formula-unit counts) for the random crystals.
+PROTOTYPES = ((("Na", "Cl"), (1, 1)), (("Mg", "O"), (1, 1)), (("Ti", "O"), (1, 2)), (("Al", "O"), (2, 3)),
+              (("Ca", "F"), (1, 2)), (("Zn", "S"), (1, 1)), (("Li", "O"), (2, 1)), (("Sr", "Ti", "O"), (1, 1, 3)),
+              (("Ba", "Ti", "O"), (1, 1, 3)), (("K", "Br"), (1, 1)), (("Ga", "N"), (1, 1)), (("Si", "O"), (1, 2)),
+              (("Cu",), (1,)), (("Fe",), (1,)), (("Si",), (1,)), (("Mg", "Al", "O"), (1, 2, 4)))
+
+
+def split_of(source: str) -> str:
+    h = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) / 2 ** 32
+    return "train" if h < 0.8 else ("val" if h < 0.9 else "test")
+
+
+@dataclass
+class CrystalDataset:
+    crystals: list[R.CrystalRep]
+    splits: list[str]
+    source: str = ""
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def subset(self, split: str) -> list[R.CrystalRep]:
+        return [c for c, s in zip(self.crystals, self.splits) if s == split]
+
+    def stats(self) -> dict[str, Any]:
+        sgs = sorted({c.space_group for c in self.crystals})
+        return {"n_crystals": len(self.crystals), "n_train": self.splits.count("train"),
+                "n_val": self.splits.count("val"), "n_test": self.splits.count("test"), "n_space_groups": len(sgs),
+                "max_asym_atoms": max((len(c.atoms) for c in self.crystals), default=0), "source": self.source}
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": DATASET_FORMAT, "source": self.source, "skipped": self.skipped,
+                           "crystals": [{**c.to_dict(), "split": s} for c, s in zip(self.crystals, self.splits)]}
+                          ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, field: str = "dataset_artifact_id") -> "CrystalDataset":
+        try:
+            d = json.loads(data)
+            if d.get("format") != DATASET_FORMAT:
+                raise ValueError("format")
+            crystals = [R.CrystalRep.from_dict(c) for c in d["crystals"]]
+            splits = [str(c["split"]) for c in d["crystals"]]
+        except Exception:
+            raise InvalidArgument(field, "not a crystal dataset (import CIFs with StartImportCrystalsJob)") from None
+        return cls(crystals, splits, str(d.get("source", "")), list(d.get("skipped", [])))
+
+
+def _fits(rep: R.CrystalRep, structure) -> str | None:
+    if len(structure) > MAX_CELL_ATOMS:
+        return f"{len(structure)} atoms in the cell (at most {MAX_CELL_ATOMS})"
+    if len(rep.atoms) > MAX_ASYM_ATOMS:
+        return f"{len(rep.atoms)} atoms in the asymmetric unit (at most {MAX_ASYM_ATOMS})"
+    return None
+
+
+def represent(structure, source: str) -> R.CrystalRep:
+    s = structure.copy()
+    s.remove_oxidation_states()
+    return R.from_structure(s, source=source)
+
+
+# --------------------------------------------------------------------------------------------- tenant CIF sets
+def cif_files(blobs: list[tuple[str, bytes]]) -> list[tuple[str, str, bytes]]:
+    """(field path, name, bytes) per CIF: each upload is a CIF, or a zip archive of CIFs."""
+    out = []
+    for i, (name, data) in enumerate(blobs):
+        fld = f"artifact_ids[{i}]"
+        if data[:4] == b"PK\x03\x04":
+            try:
+                with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                    members = sorted(n for n in zf.namelist() if not n.endswith("/"))
+                    for m in members:
+                        out.append((f"{fld}:{m}", m, zf.read(m)))
+            except zipfile.BadZipFile:
+                raise InvalidArgument(fld, f"{name}: a corrupt zip archive") from None
+        else:
+            out.append((fld, name, data))
+    return out
+
+
+def import_cifs(blobs: list[tuple[str, bytes]], *, source: str,
+                check_cancelled: Callable[[], None] = lambda: None) -> CrystalDataset:
+    """Validate every file; if any is unusable raise one InvalidArgument naming each bad file and its reason
+    (nothing is stored). Returns the dataset of all files otherwise."""
+    files = cif_files(blobs)
+    if not files:
+        raise InvalidArgument("artifact_ids", "no CIF file in the uploads")
+    bad: list[FieldViolation] = []
+    crystals = []
+    for fld, name, data in files:
+        check_cancelled()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(FieldViolation(fld, f"{name}: not UTF-8 text"))
+            continue
+        try:
+            s = R.parse_cif(text)
+            rep = represent(s, f"{source}:{name}")
+        except R.CifError as exc:
+            bad.append(FieldViolation(fld, f"{name}: {exc}"))
+            continue
+        except Exception as exc:  # pyxtal's symmetrisation can fail on odd cells; report it for this file
+            bad.append(FieldViolation(fld, f"{name}: symmetry analysis failed ({type(exc).__name__})"))
+            continue
+        if why := _fits(rep, s):
+            bad.append(FieldViolation(fld, f"{name}: {why}"))
+            continue
+        crystals.append(rep)
+    if bad:
+        raise InvalidArgument(violations=bad, reason="INVALID_CIF")
+    return CrystalDataset(crystals, [split_of(c.source) for c in crystals], source)
+
+
+# --------------------------------------------------------------------------------------------- the built-in set
+def shipped_structures() -> list[tuple[str, Any]]:
+    """The ordered structures pymatgen and pyxtal ship (name, Structure), small enough for the model."""
+    import pymatgen.util  # noqa: PLC0415
+    import pyxtal  # noqa: PLC0415
+    from pymatgen.core import Structure  # noqa: PLC0415
+
+    paths = sorted(glob.glob(os.path.join(os.path.dirname(pymatgen.util.__file__), "structures", "*.json")))
+    paths += sorted(glob.glob(os.path.join(os.path.dirname(pyxtal.__file__), "database", "cifs", "*.cif")))
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for p in paths:
+            try:
+                s = Structure.from_file(p)
+            except Exception:  # a few shipped files are not crystals pymatgen reads
+                continue
+            if s.is_ordered and len(s) <= MAX_CELL_ATOMS and max(e.Z for e in s.composition.elements) <= R.MAX_Z:
+                origin = "pymatgen" if p.endswith(".json") else "pyxtal"
+                out.append((f"{origin}:{os.path.basename(p)}", s))
+    return out
+
+
+def random_crystal(sg: int, rng: np.random.Generator, max_tries: int = 8):
+    """One pyxtal random symmetric crystal in group sg from a charge-balanced prototype (or None)."""
+    from pyxtal import pyxtal  # noqa: PLC0415
+
+    g = R.group(sg)
+    for _ in range(max_tries):
+        elements, counts = PROTOTYPES[int(rng.integers(len(PROTOTYPES)))]
+        z = int(rng.choice([1, 2, 4, 8]))
+        nums = [c * z for c in counts]
+        if sum(nums) > 24 or not g.check_compatible(nums)[0]:
+            continue
+        c = pyxtal()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                c.from_random(3, sg, list(elements), nums, random_state=int(rng.integers(2 ** 31)))
+            except Exception:  # pyxtal gives up on some draws
+                continue
+        if c.valid:
+            return c.to_pymatgen()
+    return None
+
+
+def builtin_dataset(*, n_random: int = 240, seed: int = 0, include_shipped: bool = True,
+                    groups: tuple[int, ...] = BUILTIN_GROUPS,
+                    check_cancelled: Callable[[], None] = lambda: None,
+                    progress: Callable[[float], None] = lambda f: None) -> CrystalDataset:
+    crystals = []
+    if include_shipped:
+        for name, s in shipped_structures():
+            check_cancelled()
+            try:
+                rep = represent(s, name)
+            except Exception:  # noqa: S112 - a shipped file pyxtal cannot symmetrise is left out
+                continue
+            if _fits(rep, s) is None:
+                crystals.append(rep)
+    rng = np.random.default_rng(seed)
+    made = 0
+    for i in range(n_random):
+        check_cancelled()
+        sg = int(groups[i % len(groups)])
+        s = random_crystal(sg, rng)
+        if s is not None:
+            rep = represent(s, f"pyxtal-random:{seed}:{i}:sg{sg}")
+            if _fits(rep, s) is None:
+                crystals.append(rep)
+                made += 1
+        progress((i + 1) / max(n_random, 1))
+    return CrystalDataset(crystals, [split_of(c.source) for c in crystals], f"builtin:n_random={n_random}:seed={seed}")

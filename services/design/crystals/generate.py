@@ -1,0 +1,299 @@
+"""Generation and evaluation: SymmCD sampling -> snap each atom to the closest Wyckoff position whose site symmetry
+matches the prediction -> expand orbits -> the full crystal; the two baselines (pyxtal random symmetric crystals, the
+P1 model); and the report (one row per crystal, one summary per set) shared by all three.
+
+Metrics (after SymmCD/DiffCSP's evaluation): structural validity (every interatomic distance > 0.5 A and volume >
+0.1 A^3), compositional validity (SMACT: some oxidation-state assignment is charge neutral and passes the Pauling
+electronegativity test; single elements and all-metal compositions count as valid), requested vs detected space group
+(spglib, symprec 0.1), invariance under the group's operations, and set-level Wasserstein distances of density and
+number of elements and the Jensen-Shannon divergence of the detected space-group histogram, against a reference set."""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.design.crystals import representation as R
+
+SYMPREC = 0.1
+
+
+# ----------------------------------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class Request:
+    """What to generate: a distribution over space groups ({sg: weight}; empty = the model's training
+    distribution), the total atom-count range of the cell, optional allowed elements."""
+
+    groups: dict[int, float]
+    min_atoms: int
+    max_atoms: int
+    elements: tuple[str, ...] = ()
+
+
+def check_reachable(groups: dict[int, float], lo: int, hi: int) -> list[int]:
+    """Groups (of those asked for) where no Wyckoff combination gives a cell of lo..hi atoms."""
+    return [g for g in groups if not any(lo <= n <= hi for n in R.reachable_counts(g, hi))]
+
+
+def draw_groups(req: Request, model_sg_dist: torch.Tensor, n: int, rng: np.random.Generator) -> list[int]:
+    if req.groups:
+        keys = sorted(req.groups)
+        w = np.array([req.groups[k] for k in keys], dtype=float)
+        return [int(v) for v in rng.choice(keys, size=n, p=w / w.sum())]
+    p = model_sg_dist.double().numpy()
+    ok = np.array([i > 0 and bool(p[i] > 0) and any(req.min_atoms <= c <= req.max_atoms
+                                                    for c in R.reachable_counts(i, req.max_atoms))
+                   for i in range(len(p))])
+    p = np.where(ok, p, 0.0)
+    if p.sum() <= 0:
+        p = ok.astype(float)
+    return [int(v) for v in rng.choice(len(p), size=n, p=p / p.sum())]
+
+
+# ----------------------------------------------------------------------------------------------- SymmCD sampling
+def _z_mask(elements: tuple[str, ...]) -> torch.Tensor | None:
+    if not elements:
+        return None
+    from pymatgen.core import Element  # noqa: PLC0415
+
+    m = torch.zeros(R.MAX_Z, dtype=torch.bool)
+    for e in elements:
+        m[Element(e).Z - 1] = True
+    return m
+
+
+def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int = 4, oversample: float = 1.5
+                  ) -> list[tuple[R.CrystalRep | None, Any, dict]]:
+    """n crystals of the request (rejection on the atom-count range, at most `steps_rounds` rounds).
+    Returns (rep, structure, info) per crystal; fewer than n when the range was not met in time."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    zmask = _z_mask(req.elements)
+    out: list[tuple[R.CrystalRep | None, Any, dict]] = []
+    symmetric = model.cfg.symmetric
+    for _ in range(steps_rounds):
+        need = n - len(out)
+        if need <= 0:
+            break
+        m = max(need, int(math.ceil(need * oversample)))
+        wanted = draw_groups(req, model.sg_dist, m, rng)
+        sgs = wanted if symmetric else [1] * m
+        nd = model.n_dist.double().numpy()
+        counts = []
+        for g in sgs:
+            p = nd[g].copy()
+            cap = req.max_atoms if symmetric else req.max_atoms
+            idx = np.arange(len(p))
+            keep = (idx >= 1) & (idx <= cap) & (idx >= (1 if symmetric else req.min_atoms))
+            p = np.where(keep, p, 0.0)
+            if p.sum() <= 0:
+                p = keep.astype(float)
+            counts.append(int(rng.choice(len(p), p=p / p.sum())))
+        t0 = time.perf_counter()
+        res = model.sample(torch.tensor(sgs), torch.tensor(counts), gen=gen, allowed_types=zmask)
+        per = (time.perf_counter() - t0) / m
+        for b in range(m):
+            if len(out) >= n:
+                break
+            k = int(counts[b])
+            atoms, ss_d, pj_d = [], [], []
+            g = sgs[b]
+            occupied: set[str] = set()
+            used = 0
+            for i in range(k):
+                w, p, sd, pd = R.snap(g, res["ss"][b, i].numpy(), res["x"][b, i].double().numpy(), occupied,
+                                      budget=req.max_atoms - used - (k - i - 1))
+                used += w.multiplicity
+                if w.dof == 0:
+                    occupied.add(w.label)
+                atoms.append(R.AsymAtom(int(res["z"][b, i]), R.representative(w, p), w.label, w.site_symm))
+                ss_d.append(sd)
+                pj_d.append(pd)
+            rep = R.CrystalRep(g, res["ks"][b].double().numpy(), atoms, "symmcd" if symmetric else "p1")
+            total = rep.n_atoms
+            if not req.min_atoms <= total <= req.max_atoms:
+                continue
+            out.append((rep, R.to_structure(rep), {"requested_sg": int(wanted[b]), "seconds": per,
+                                                   "site_symm_dist": float(np.mean(ss_d)),
+                                                   "projection_dist": float(np.mean(pj_d))}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- pyxtal baseline
+def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalRep], tries: int = 30
+                  ) -> list[tuple[R.CrystalRep | None, Any, dict]]:
+    """pyxtal random symmetric crystals: group drawn as for SymmCD (from the reference set's distribution when
+    none is asked), elements from a random reference crystal (or the composition hints), counts split in the
+    reference's proportions over the atom-count range, checked against the group's Wyckoff positions."""
+    from pymatgen.core import Element  # noqa: PLC0415
+    from pyxtal import pyxtal  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    sgc = torch.zeros(R.N_SPACEGROUPS + 1)
+    for r in reference:
+        sgc[r.space_group] += 1
+    if sgc.sum() == 0:
+        sgc[1:] = 1
+    out = []
+    for sg in draw_groups(req, sgc / sgc.sum(), n, rng):
+        t0 = time.perf_counter()
+        struct = None
+        for _ in range(tries):
+            if req.elements:
+                k = int(rng.integers(1, min(3, len(req.elements)) + 1))
+                els = list(rng.choice(list(req.elements), size=k, replace=False))
+                props = np.ones(k)
+            else:
+                ref = reference[int(rng.integers(len(reference)))]
+                comp: dict[int, int] = {}
+                for a in ref.atoms:
+                    comp[a.z] = comp.get(a.z, 0) + R.wyckoff_by_label(ref.space_group, a.wyckoff).multiplicity
+                els = [Element.from_Z(z).symbol for z in comp]
+                props = np.array(list(comp.values()), dtype=float)
+            total = int(rng.integers(max(req.min_atoms, len(els)), req.max_atoms + 1)) \
+                if req.max_atoms >= max(req.min_atoms, len(els)) else req.max_atoms
+            nums = np.maximum(1, np.round(props / props.sum() * total)).astype(int).tolist()
+            if not req.min_atoms <= sum(nums) <= req.max_atoms or not R.group(sg).check_compatible(nums)[0]:
+                continue
+            c = pyxtal()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    c.from_random(3, sg, els, nums, random_state=int(rng.integers(2 ** 31)))
+                except Exception:  # noqa: S112 - pyxtal gives up on some draws; try another
+                    continue
+            if c.valid:
+                struct = c.to_pymatgen()
+                break
+        info = {"requested_sg": int(sg), "seconds": time.perf_counter() - t0}
+        out.append((None, struct, info))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def smact_valid(counts: dict[str, int], max_combinations: int = 20000) -> bool:
+    import smact  # noqa: PLC0415
+    from smact.screening import pauling_test  # noqa: PLC0415
+
+    els = sorted(counts)
+    if len(els) == 1 or all(e in smact.metals for e in els):
+        return True
+    g = 0
+    for v in counts.values():
+        g = math.gcd(g, int(v))
+    stoich = [int(counts[e]) // g for e in els]
+    objs = [smact.Element(e) for e in els]
+    ox = [list(o.oxidation_states or []) for o in objs]
+    if any(not o for o in ox):
+        return False
+    eneg = [o.pauling_eneg for o in objs]
+    n = 0
+    for combo in itertools.product(*ox):
+        n += 1
+        if n > max_combinations:
+            break
+        if sum(o * s for o, s in zip(combo, stoich)) != 0:
+            continue
+        if any(e is None for e in eneg):
+            return True
+        try:
+            if pauling_test(combo, eneg):
+                return True
+        except TypeError:
+            return True
+    return False
+
+
+def evaluate(structure, requested_sg: int, claimed_sg: int | None) -> dict[str, Any]:
+    """One report row (without ids)."""
+    # invariance is a property of the fractional coordinates: checked even when the lattice is degenerate
+    inv = bool(R.invariant_under_group(structure, claimed_sg, 1e-4)) if structure is not None and claimed_sg \
+        else False
+    if structure is not None and not (np.all(np.isfinite(structure.lattice.matrix))
+                                      and abs(structure.volume) > 1e-6):
+        structure = None
+    if structure is None:
+        return {"requested_space_group": requested_sg, "detected_space_group": 0, "space_group_match": False,
+                "structurally_valid": False, "compositionally_valid": False, "valid": False, "invariant": inv,
+                "n_atoms": 0, "formula": "", "volume": 0.0, "density": 0.0, "min_distance": 0.0, "n_elements": 0,
+                "failed": True}
+    vol = float(structure.volume)
+    if len(structure) > 1:
+        dm = structure.distance_matrix
+        md = float(np.min(dm[np.triu_indices(len(structure), 1)]))
+    else:
+        md = float(min(structure.lattice.abc))
+    struct_ok = bool(md > 0.5 and vol > 0.1)
+    comp = {el.symbol: int(round(v)) for el, v in structure.composition.items()}
+    try:
+        detected = R.spacegroup_of(structure, SYMPREC) or 0
+    except Exception:  # spglib rejects some degenerate cells (atoms on top of each other)
+        detected = 0
+    comp_ok = smact_valid(comp)
+    return {"requested_space_group": int(requested_sg), "detected_space_group": int(detected),
+            "space_group_match": bool(detected == requested_sg), "structurally_valid": struct_ok,
+            "compositionally_valid": bool(comp_ok), "valid": bool(struct_ok and comp_ok), "invariant": bool(inv),
+            "n_atoms": len(structure), "formula": structure.composition.reduced_formula, "volume": vol,
+            "density": float(structure.density), "min_distance": md, "n_elements": len(comp), "failed": False}
+
+
+def reference_stats(reps: list[R.CrystalRep]) -> dict[str, Any]:
+    dens, nel, sgs = [], [], []
+    for r in reps:
+        s = R.to_structure(r)
+        dens.append(float(s.density))
+        nel.append(len(s.composition.elements))
+        sgs.append(r.space_group)
+    return {"density": dens, "n_elements": nel, "space_groups": sgs}
+
+
+def jsd(p_counts: dict[int, float], q_counts: dict[int, float]) -> float:
+    keys = sorted(set(p_counts) | set(q_counts))
+    p = np.array([p_counts.get(k, 0.0) for k in keys], dtype=float)
+    q = np.array([q_counts.get(k, 0.0) for k in keys], dtype=float)
+    if p.sum() == 0 or q.sum() == 0:
+        return float(math.log(2))
+    p, q = p / p.sum(), q / q.sum()
+    m = (p + q) / 2
+
+    def kl(a, b):
+        nz = a > 0
+        return float(np.sum(a[nz] * np.log(a[nz] / b[nz])))
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def summarize(rows: list[dict[str, Any]], reference: dict[str, Any], seconds: float, requested: int) -> dict[str, Any]:
+    from scipy.stats import wasserstein_distance  # noqa: PLC0415
+
+    n = len(rows)
+    ok = [r for r in rows if not r["failed"]]
+
+    def rate(key):
+        return float(np.mean([r[key] for r in rows])) if rows else 0.0
+    det: dict[int, float] = {}
+    for r in rows:
+        det[r["detected_space_group"]] = det.get(r["detected_space_group"], 0) + 1
+    ref: dict[int, float] = {}
+    for g in reference["space_groups"]:
+        ref[g] = ref.get(g, 0) + 1
+    dens = [r["density"] for r in ok]
+    nel = [r["n_elements"] for r in ok]
+    return {
+        "n_requested": requested, "n_generated": n, "structural_validity": rate("structurally_valid"),
+        "compositional_validity": rate("compositionally_valid"), "validity": rate("valid"),
+        "space_group_match_rate": rate("space_group_match"), "invariant_rate": rate("invariant"),
+        "space_group_jsd": jsd(det, ref),
+        "density_wasserstein": float(wasserstein_distance(dens, reference["density"])) if dens else None,
+        "n_elements_wasserstein": float(wasserstein_distance(nel, reference["n_elements"])) if nel else None,
+        "crystals_per_second": float(n / seconds) if seconds > 0 else 0.0,
+    }
+
+
+def cif_of(structure) -> str:
+    return R.write_cif(structure)

@@ -1,0 +1,101 @@
+"""One parameters model per crystal job kind; the servicer builds them from the request, the job validates
+ctx.params with the same model (services.common.params.parse_params). No torch here."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from services.common.params import JobParams, ModelName
+
+MAX_CELL_ATOMS = 64  # data.MAX_CELL_ATOMS
+MAX_Z = 94
+
+
+class ImportParams(JobParams):
+    """A tenant's CIF uploads (each a CIF or a zip of CIFs), or the built-in set."""
+
+    artifact_ids: list[str] = Field(default_factory=list, max_length=1000)
+    builtin: bool = False
+    n_random: int = Field(240, ge=0, le=5000)
+    include_shipped: bool = True
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1)
+    name: str = Field("", max_length=256)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.builtin == bool(self.artifact_ids):
+            raise ValueError("give artifact_ids (uploaded CIFs) or builtin, not both and not neither")
+        if self.builtin and not self.include_shipped and self.n_random == 0:
+            raise ValueError("the built-in set would be empty (n_random = 0 without shipped structures)")
+        return self
+
+
+class TrainParams(JobParams):
+    dataset_artifact_id: str
+    model_name: ModelName = "symmcd"
+    symmetric: bool = True  # False: the P1 baseline (symmetry removed)
+    steps: int = Field(600, ge=1, le=200_000)
+    batch_size: int = Field(32, ge=1, le=512)
+    lr: float = Field(1e-3, gt=0, le=1.0)
+    hidden: int = Field(64, ge=8, le=512)
+    layers: int = Field(3, ge=1, le=8)
+    timesteps: int = Field(1000, ge=10, le=2000)
+    cost_lattice: float = Field(5.0, ge=0)
+    cost_coord: float = Field(1.0, ge=0)
+    cost_type: float = Field(0.1, ge=0)
+    cost_symm: float = Field(10.0, ge=0)
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1)
+    checkpoint_every: int = Field(50, ge=1, le=100_000)
+
+
+class GenerateParams(JobParams):
+    """method "model": sample the registered model (SymmCD or its P1 variant); "pyxtal_random": the baseline."""
+
+    method: Literal["model", "pyxtal_random"] = "model"
+    model_version_id: str = ""
+    reference_dataset_artifact_id: str = ""  # the set the summary compares with (default: the model's training set)
+    space_groups: dict[int, float] = Field(default_factory=dict)  # empty = the training distribution
+    min_atoms: int = Field(1, ge=1, le=MAX_CELL_ATOMS)
+    max_atoms: int = Field(48, ge=1, le=MAX_CELL_ATOMS)
+    composition_hints: list[str] = Field(default_factory=list, max_length=20)
+    n: int = Field(16, ge=1, le=2000)
+    batch_size: int = Field(8, ge=1, le=256)
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1)
+    sampling_steps: int = Field(0, ge=0, le=2000)  # reserved: 0 = the model's T
+
+    @field_validator("space_groups")
+    @classmethod
+    def _groups(cls, v: dict[int, float]) -> dict[int, float]:
+        for g, w in v.items():
+            if not 1 <= int(g) <= 230:
+                raise ValueError(f"unknown space group {g}: international numbers are 1..230")
+            if not w > 0:
+                raise ValueError(f"weight of space group {g} must be > 0")
+        return {int(g): float(w) for g, w in v.items()}
+
+    @field_validator("composition_hints")
+    @classmethod
+    def _elements(cls, v: list[str]) -> list[str]:
+        from pymatgen.core.periodic_table import Element  # noqa: PLC0415
+
+        out = []
+        for i, e in enumerate(v):
+            try:
+                z = Element(e).Z
+            except (ValueError, KeyError):
+                raise ValueError(f"[{i}] {e!r} is not an element symbol") from None
+            if z > MAX_Z:
+                raise ValueError(f"[{i}] {e}: elements beyond Z={MAX_Z} are not supported")
+            out.append(Element(e).symbol)
+        return sorted(set(out))
+
+    @model_validator(mode="after")
+    def _range(self):
+        if self.min_atoms > self.max_atoms:
+            raise ValueError("min_atoms must be <= max_atoms")
+        if self.method == "model" and not self.model_version_id:
+            raise ValueError("method 'model' needs a model")
+        if self.method == "pyxtal_random" and not self.reference_dataset_artifact_id:
+            raise ValueError("method 'pyxtal_random' needs reference_dataset_artifact_id")
+        return self
