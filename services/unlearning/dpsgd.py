@@ -30,8 +30,10 @@ records' gradients are those of the real data on the audited model (simplificati
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -70,11 +72,19 @@ class DpSgdConfig:
 
 def accountant_epsilon(cfg: DpSgdConfig) -> float:
     """Opacus's accountant: epsilon of T steps of the Poisson-subsampled Gaussian mechanism at cfg.delta."""
+    return _accountant_epsilon(cfg.accountant, float(cfg.noise_multiplier), float(cfg.sample_rate), int(cfg.steps),
+                               float(cfg.delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _accountant_epsilon(kind: str, sigma: float, q: float, steps: int, delta: float) -> float:
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    acc = PRVAccountant() if cfg.accountant == "prv" else RDPAccountant()
-    acc.history = [(float(cfg.noise_multiplier), float(cfg.sample_rate), int(cfg.steps))]
-    return float(acc.get_epsilon(delta=cfg.delta))
+    acc = PRVAccountant() if kind == "prv" else RDPAccountant()
+    acc.history = [(sigma, q, steps)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # PRV at q = 1 takes log(0) on a branch it discards
+        return float(acc.get_epsilon(delta=delta))
 
 
 @dataclass
@@ -168,7 +178,10 @@ def train_dpsgd(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdCo
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
         else:
             loss = torch.nn.functional.cross_entropy(model(X[idx]), y[idx], reduction="sum")
-            loss.backward()
+            with warnings.catch_warnings():
+                # Opacus's hooks on a first layer whose input needs no gradient: expected, harmless
+                warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                loss.backward()
         opt.pre_step()
         # DPOptimizer divided by expected_batch_size = 1 (so that an empty batch is handled the same way):
         # the average over the expected batch q n is taken here, then the plain SGD step
