@@ -10,10 +10,10 @@ A sentence longer than the budget is a chunk of its own, and the encoder reads i
 (text.py cuts sentences at 400 characters, far fewer tokens than that for ordinary text).
 
 Per chunk: topic t is present when P(topic t) >= topic_threshold; its level is the model's severity (#{k : P(>= k)
->= .5}); the chunk is flagged when P(unsafe) >= unsafe_threshold; the chunk blocks topic t when t is present, level
->= levels[t] and the chunk is flagged (a level threshold k >= 1 blocks every flagged level >= k; 0 blocks any content
-on the topic, flagged or not: the topic and severity heads alone do not block benign text that is merely *about* a
-topic, such as a reply that follows a harmful prompt with something harmless). A flagged chunk (P(unsafe) >= unsafe_threshold) with no present topic
+>= .5}); the chunk blocks topic t when t is present and level >= levels[t] (a level threshold k blocks every level
+>= k; 0 blocks any content on the topic). (Also gating topic blocks on P(unsafe) >= unsafe_threshold was measured
+on the seed validation split: recall 0.455 instead of 0.625 at the same 4.3% benign false-block rate, so it is not
+done.) A flagged chunk (P(unsafe) >= unsafe_threshold) with no present topic
 blocks as "unspecified" when block_unspecified is set. The text is blocked iff some chunk blocks; every decision
 is monotone in the thresholds (lowering a threshold never unblocks anything).
 
@@ -161,7 +161,7 @@ class WindowAggregator:
                 self.topic_best[t] = window
             if present[t]:
                 self.level[t] = max(int(self.level[t]), int(sev[t]))
-                if int(sev[t]) >= th.levels[t] and (th.levels[t] == 0 or u >= th.unsafe_threshold):
+                if int(sev[t]) >= th.levels[t]:
                     blocks.append(TOPICS[t])
         if u >= th.unsafe_threshold and not present.any() and th.block_unspecified:
             blocks.append(UNSPECIFIED)
@@ -385,8 +385,7 @@ def block_decisions(pred: Mapping[str, np.ndarray], th: Thresholds) -> np.ndarra
     """Blocked flags [N] for single-chunk predictions (the rows of a validation set) under resolved thresholds."""
     tp = pred["topics"] >= th.topic_threshold
     lv = np.asarray(th.levels)[None, :]
-    flagged = (pred["unsafe"] >= th.unsafe_threshold)[:, None]
-    topic_block = (tp & (pred["severity"] >= lv) & ((lv == 0) | flagged)).any(1)
+    topic_block = (tp & (pred["severity"] >= lv)).any(1)
     unspecified = (pred["unsafe"] >= th.unsafe_threshold) & ~tp.any(1) & th.block_unspecified
     return topic_block | unspecified
 
