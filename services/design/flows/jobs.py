@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
@@ -57,7 +58,7 @@ def read_points(ctx: JobContext, artifact_id: str, *, labels: bool = False
     """(geometry, data, labels) from a safetensors artifact: x [n, d] or quaternions [n, 4] (and y [n])."""
     try:
         tensors = st_load(ctx.read_artifact(artifact_id))
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (SafetensorError, ValueError, RuntimeError, OSError) as exc:
         raise InvalidArgument("dataset_artifact_id", f"not a safetensors file: {exc}") from None
     if "quaternions" in tensors:
         q = tensors["quaternions"].double()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from services.common.params import JobParams, ModelName
 
@@ -22,11 +22,11 @@ class TrainFlowParams(JobParams):
     Gaussian mixture ("analytic", no training)."""
 
     name: ModelName
-    method: Literal["cfm", "efm", "analytic"] = "cfm"
     builtin: Builtin = ""
-    dataset_artifact_id: str = ""
+    method: Literal["cfm", "efm", "analytic"] = Field("cfm", validate_default=True)
+    dataset_artifact_id: str = Field("", validate_default=True)
     beta: float = Field(1.0, gt=0, le=1e3)
-    energy_center: list[float] = Field(default_factory=list, max_length=4096)
+    energy_center: list[float] = Field(default_factory=list, max_length=4096, validate_default=True)
     steps: int = Field(2000, ge=1, le=1_000_000)
     batch_size: int = Field(256, ge=2, le=65536)
     learning_rate: float = Field(2e-3, gt=0, le=1)
@@ -35,19 +35,29 @@ class TrainFlowParams(JobParams):
     num_data: int = Field(4096, ge=16, le=1_000_000)
     seed: int = Field(0, ge=0, le=MAX_INT63)
 
-    @model_validator(mode="after")
-    def _check(self):
-        if bool(self.builtin) == bool(self.dataset_artifact_id):
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str, info: ValidationInfo) -> str:
+        if v == "analytic" and info.data.get("builtin") != "gmm2d":
+            raise ValueError("analytic is the exact flow of builtin gmm2d only")
+        if v == "efm" and BUILTIN_DIMS.get(info.data.get("builtin") or "", ("euclidean",))[0] != "euclidean":
+            raise ValueError("EFM is for Euclidean data")
+        return v
+
+    @field_validator("dataset_artifact_id")
+    @classmethod
+    def _source(cls, v: str, info: ValidationInfo) -> str:
+        if bool(v) == bool(info.data.get("builtin")):
             raise ValueError("give exactly one of builtin and dataset_artifact_id")
-        if self.method == "analytic" and self.builtin != "gmm2d":
-            raise ValueError("method analytic is the exact flow of builtin gmm2d only")
-        if self.method == "efm":
-            geometry, dim = BUILTIN_DIMS.get(self.builtin, ("euclidean", None))
-            if geometry != "euclidean":
-                raise ValueError("EFM is for Euclidean data")
-            if dim is not None and len(self.energy_center) != dim:
-                raise ValueError(f"energy_center needs {dim} values for builtin {self.builtin}")
-        return self
+        return v
+
+    @field_validator("energy_center")
+    @classmethod
+    def _center(cls, v: list[float], info: ValidationInfo) -> list[float]:
+        builtin = info.data.get("builtin") or ""
+        if info.data.get("method") == "efm" and builtin in BUILTIN_DIMS and len(v) != BUILTIN_DIMS[builtin][1]:
+            raise ValueError(f"needs {BUILTIN_DIMS[builtin][1]} values for builtin {builtin}")
+        return v
 
 
 class TrainPredictorParams(JobParams):
@@ -57,7 +67,7 @@ class TrainPredictorParams(JobParams):
 
     name: ModelName
     builtin: Builtin = ""
-    dataset_artifact_id: str = ""
+    dataset_artifact_id: str = Field("", validate_default=True)
     steps: int = Field(600, ge=1, le=1_000_000)
     batch_size: int = Field(256, ge=2, le=65536)
     learning_rate: float = Field(3e-3, gt=0, le=1)
@@ -66,11 +76,12 @@ class TrainPredictorParams(JobParams):
     num_data: int = Field(2048, ge=16, le=1_000_000)
     seed: int = Field(0, ge=0, le=MAX_INT63)
 
-    @model_validator(mode="after")
-    def _check(self):
-        if bool(self.builtin) == bool(self.dataset_artifact_id):
+    @field_validator("dataset_artifact_id")
+    @classmethod
+    def _source(cls, v: str, info: ValidationInfo) -> str:
+        if bool(v) == bool(info.data.get("builtin")):
             raise ValueError("give exactly one of builtin and dataset_artifact_id")
-        return self
+        return v
 
 
 class RewardTermParams(JobParams):
@@ -89,22 +100,29 @@ class SampleParams(JobParams):
     flow_version_id: str
     geometry: Literal["euclidean", "so3"]
     dim: int = Field(ge=1, le=4096)
-    reward: list[RewardTermParams] = Field(default_factory=list, max_length=32)
-    control_cost: float = Field(1.0, ge=0, le=1e6)
+    method: Literal["oc_flow", "d_flow", "flowgrad", "unguided"] = "oc_flow"
+    reward: list[RewardTermParams] = Field(default_factory=list, max_length=32, validate_default=True)
     steps: int = Field(20, ge=1, le=1000)
     iterations: int = Field(10, ge=0, le=1000)
-    method: Literal["oc_flow", "d_flow", "flowgrad", "unguided"] = "oc_flow"
     num_samples: int = Field(256, ge=1, le=20000)
     learning_rate: float = Field(0.05, gt=0, le=100)
+    control_cost: float = Field(1.0, ge=0, le=1e6, validate_default=True)
     seed: int = Field(0, ge=0, le=MAX_INT63)
 
-    @model_validator(mode="after")
-    def _check(self):
-        if self.method != "unguided" and not self.reward:
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: list, info: ValidationInfo) -> list:
+        if info.data.get("method", "oc_flow") != "unguided" and not v:
             raise ValueError("a guided method needs at least one reward term")
-        if self.method == "oc_flow" and self.learning_rate * self.control_cost >= 1:
+        return v
+
+    @field_validator("control_cost")
+    @classmethod
+    def _decay(cls, v: float, info: ValidationInfo) -> float:
+        lr = info.data.get("learning_rate")
+        if info.data.get("method") == "oc_flow" and lr is not None and lr * v >= 1:
             raise ValueError("learning_rate * control_cost must be < 1 (the control decay 1 - lr*lambda > 0)")
-        return self
+        return v
 
 
 def check_reward_shapes(params: SampleParams) -> list[tuple[str, str]]:
