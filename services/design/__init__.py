@@ -9,8 +9,15 @@ SPEC = ServiceSpec(
     servicers="services.design.api:register",
     job_kinds={
         # gameopt
+        "design.gameopt.suggest": JobKind("training", "services.design.gameopt.jobs:run_suggestion"),
         # crystals
+        "design.crystals.import": JobKind("default", "services.design.crystals.jobs:run_import"),
+        "design.crystals.train": JobKind("training", "services.design.crystals.jobs:run_training"),
+        "design.crystals.generate": JobKind("default", "services.design.crystals.jobs:run_generation"),
         # flows
+        "design.flows.train": JobKind("training", "services.design.flows.jobs:run_train_flow"),
+        "design.flows.train_predictor": JobKind("training", "services.design.flows.jobs:run_train_predictor"),
+        "design.flows.sample": JobKind("default", "services.design.flows.jobs:run_sampling"),
     },
     cli="services.design.cli",
     demo=DemoStep("design: an oracle GameOpt campaign, crystals with the space group asked for, guided flow sampling",
@@ -19,6 +26,6 @@ SPEC = ServiceSpec(
 
 # The parts, in demo order; each is a subpackage services.design.<part> with api.register, cli.add_commands and
 # cli.demo. A part is listed here once it exists.
-PARTS: tuple[str, ...] = ()
+PARTS: tuple[str, ...] = ("crystals", "flows")
 
 __all__ = ["SPEC", "PARTS", "JobKind"]

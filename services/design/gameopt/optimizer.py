@@ -67,13 +67,14 @@ def _dedupe_rows(X: np.ndarray) -> np.ndarray:
 def _fill_random(space: SequenceSpace, rng: np.random.Generator, n: int, exclude: set[bytes], source: str
                  ) -> list[Suggestion]:
     out: list[Suggestion] = []
-    for _ in range(5):
-        for x in space.sample_feasible(rng, max(2 * n, 8)):
-            if x.tobytes() not in exclude:
-                exclude.add(x.tobytes())
-                out.append(Suggestion(x, source=source))
-                if len(out) >= n:
-                    return out
+    if n <= 0:
+        return out
+    for x in space.sample_feasible(rng, 2 * n + len(exclude)):
+        if x.tobytes() not in exclude:
+            exclude.add(x.tobytes())
+            out.append(Suggestion(x, source=source))
+            if len(out) >= n:
+                break
     return out
 
 
@@ -175,7 +176,9 @@ def _best(X: np.ndarray, y: np.ndarray) -> np.ndarray | None:
 
 
 def _unseen(space: SequenceSpace, cands, observed: set[bytes], n: int, rng) -> list[np.ndarray]:
-    out = []
+    out: list[np.ndarray] = []
+    if n <= 0:
+        return out
     for x in cands:
         if x is None:
             continue

@@ -153,7 +153,7 @@ class SequenceSpace:
             return None
         return self._parents[int((x[None, :] != self._parents).sum(-1).argmin())]
 
-    def repair(self, x: np.ndarray, rng: np.random.Generator, max_rounds: int = 50) -> np.ndarray | None:
+    def repair(self, x: np.ndarray, rng: np.random.Generator, max_rounds: int = 20) -> np.ndarray | None:
         """A feasible sequence near x: disallowed letters are replaced (by the nearest parent's letter where
         allowed), sites revert to the nearest parent until within max_edits, forbidden motif occurrences are broken
         by changing one of their sites. None if that fails within max_rounds."""
@@ -208,10 +208,12 @@ class SequenceSpace:
         `mutations` random sites changed), each projected by `repair`; parents' neighbourhoods when parents bound
         the edit distance (a uniform draw is far from every parent)."""
         out: dict[bytes, np.ndarray] = {}
+        stale = 0
         for _ in range(max_tries):
             need = n - len(out)
-            if need <= 0:
+            if need <= 0 or stale >= 3:  # three draws in a row found nothing new: the feasible set is small
                 break
+            had = len(out)
             if around is not None:
                 base = np.repeat(np.asarray(around, dtype=np.int64)[None], need * 2, 0)
                 cand = self._mutate(base, rng, max(1, mutations))
@@ -226,6 +228,7 @@ class SequenceSpace:
                     out.setdefault(y.tobytes(), y)
                 if len(out) >= n:
                     break
+            stale = stale + 1 if len(out) == had else 0
         return np.array(list(out.values())[:n], dtype=np.int64).reshape(-1, self.length)
 
     def _mutate(self, base: np.ndarray, rng: np.random.Generator, max_sites: int) -> np.ndarray:

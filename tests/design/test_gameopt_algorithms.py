@@ -1,0 +1,172 @@
+"""GameOpt's algorithms without services: equilibria (best response, Hedge), constraints, oracles, baselines, the
+suggestion job on the in-memory context (resume), and quality on a small Ehrlich function. Seeded, small, fast."""
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.common.errors import Cancelled
+from services.common.jobcontext import InMemoryJobContext
+from services.design.gameopt.games import Players, best_response, hedge
+from services.design.gameopt.gp import Surrogate
+from services.design.gameopt.jobs import run_suggestion
+from services.design.gameopt.optimizer import GameOpt, GameOptConfig, run_loop, suggest_baseline
+from services.design.gameopt.oracles import Ehrlich, ExhaustiveLandscape
+from services.design.gameopt.space import SequenceSpace
+
+warnings.filterwarnings("ignore", module="botorch")
+warnings.filterwarnings("ignore", module="linear_operator")
+
+
+def _surrogate(space: SequenceSpace, n: int, seed: int) -> tuple[Surrogate, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = space.random(rng, n)
+    w = rng.standard_normal((space.length, space.size))
+    y = w[np.arange(space.length)[None], X].sum(-1) + 0.5 * (X[:, 0] == X[:, -1])
+    return Surrogate(X, y, space.size, seed=seed), X, y
+
+
+def test_best_response_stops_where_no_single_site_change_raises_ucb():
+    space = SequenceSpace("ACDEFG", 6)
+    sur, X, _ = _surrogate(space, 20, seed=1)
+    payoff = lambda Z: sur.ucb(Z, 2.0)  # noqa: E731
+    for start in space.random(np.random.default_rng(5), 4):
+        res = best_response(payoff, space, start)
+        x = res.equilibrium
+        u = payoff(x[None])[0]
+        D, _ = Players.of(space).deviations(x)
+        assert payoff(D).max() <= u + 1e-9  # a pure Nash equilibrium of the UCB game
+        assert res.rounds >= 0 and space.feasible(x)[0]
+
+
+def test_brute_force_3_sites_20_letters_finds_the_ucb_maximum_among_equilibria():
+    space = SequenceSpace("ACDEFGHIKLMNPQRSTVWY", 3)
+    sur, X, _ = _surrogate(space, 25, seed=2)
+    allX = np.array(list(itertools.product(range(20), repeat=3)), dtype=np.int64)
+    U = sur.ucb(allX, 2.0).reshape(20, 20, 20)
+    # every pure Nash equilibrium: no single-site change raises UCB
+    eq = (U >= U.max(0, keepdims=True) - 1e-12) & (U >= U.max(1, keepdims=True) - 1e-12) \
+        & (U >= U.max(2, keepdims=True) - 1e-12)
+    equilibria = {tuple(int(v) for v in idx) for idx in np.argwhere(eq)}
+    best_eq = max(U[e] for e in equilibria)
+    assert best_eq == pytest.approx(U.max())
+    # GameOpt's best-response games from several starts land on equilibria, and one of them on the best
+    opt = GameOpt(space, X, sur.model.train_targets.numpy(), batch_size=8,
+                  config=GameOptConfig(solver="best_response", games=8), seed=0, surrogate=sur)
+    opt.surrogate = sur
+    found = [opt.play(g) for g in range(opt.n_games)]
+    for r in found:
+        assert tuple(int(v) for v in r.equilibrium) in equilibria
+    assert max(float(r.payoffs.max()) for r in found) == pytest.approx(best_eq, abs=1e-9)
+    # Hedge's candidates are feasible and its best is an equilibrium's value or below
+    h = hedge(lambda Z: sur.ucb(Z, 2.0), space, found[0].equilibrium, rounds=60, tail=20,
+              rng=np.random.default_rng(0))
+    assert h.payoffs.max() <= U.max() + 1e-9
+
+
+def test_hedge_regret_falls_with_rounds():
+    space = SequenceSpace("ACDEF", 5)
+    sur, _, _ = _surrogate(space, 15, seed=3)
+    res = hedge(lambda Z: sur.ucb(Z, 2.0), space, space.random(np.random.default_rng(1), 1)[0], rounds=300,
+                eta=0.5, tail=30, rng=np.random.default_rng(4))
+    r = np.array(res.regret)
+    assert len(r) == 300 and np.all(np.isfinite(r))
+    assert r[299] < 0.5 * r[9] and r[299] < r[49]  # the empirical play approaches a coarse correlated equilibrium
+    assert len(res.candidates) >= 1 and space.feasible(res.candidates).all()
+
+
+@st.composite
+def campaigns(draw):
+    alphabet = "ACDEFGHIK"[: draw(st.integers(3, 6))]
+    L = draw(st.integers(3, 7))
+    allowed = tuple(draw(st.lists(st.sampled_from([""] + [alphabet[:k] for k in range(2, len(alphabet))]),
+                                  min_size=L, max_size=L))) if draw(st.booleans()) else ()
+    parents = tuple(draw(st.lists(st.text(alphabet, min_size=L, max_size=L), min_size=1, max_size=2))) \
+        if draw(st.booleans()) else ()
+    max_edits = draw(st.integers(0, L)) if parents and draw(st.booleans()) else None
+    forbidden = tuple(draw(st.lists(st.text(alphabet, min_size=2, max_size=3), max_size=2)))
+    return SequenceSpace(alphabet, L, allowed, parents, max_edits, forbidden)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=campaigns(), solver=st.sampled_from(["hedge", "best_response"]), seed=st.integers(0, 1000),
+       n_obs=st.integers(0, 12))
+def test_no_suggestion_ever_violates_the_constraints(space, solver, seed, n_obs):
+    rng = np.random.default_rng(seed)
+    feasible = space.sample_feasible(rng, 1, max_tries=50)
+    if not len(feasible):
+        return  # constraints that exclude each other are refused at campaign creation (tested through the API)
+    X = space.random(rng, n_obs)  # observations need not satisfy the constraints (lab data, parents)
+    y = rng.standard_normal(n_obs)
+    cfg = GameOptConfig(solver=solver, rounds=8, tail=4, games=2)
+    batch = GameOpt(space, X, y, batch_size=4, config=cfg, seed=seed).suggest()
+    seqs = np.array([s.sequence for s in batch], dtype=np.int64).reshape(-1, space.length)
+    assert space.feasible(seqs).all(), [space.violations(space.decode(s)) for s in seqs]
+    assert len({s.tobytes() for s in seqs}) == len(seqs)
+    assert not {s.tobytes() for s in seqs} & {x.tobytes() for x in X}
+    for method in ("ga", "mutation", "gp_ucb_pool"):
+        out = suggest_baseline(method, space, X, y, 3, seed)
+        assert all(space.feasible(x)[0] for x in out)
+
+
+def test_ehrlich_closed_form():
+    f = Ehrlich(num_states=20, length=12, num_motifs=2, motif_length=4, seed=0)
+    x = f.optimal_solution()
+    assert f(x)[0] == 1.0 and f.feasible(x)[0]
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 20, (2000, 12))
+    v = f(X)
+    assert ((v >= 0) & (v <= 1)).all() and v.max() < 1
+    assert set(np.unique(v * 16).round(6)) <= {float(i * j) for i in range(5) for j in range(5)}  # quantised
+    infeasible = ~f.feasible(X)
+    assert infeasible.any() and (v[infeasible] == 0).all()  # banded transition matrix: zero transitions exist
+    assert (f.transitions > 0).sum(1).max() < 20 and np.allclose(f.transitions.sum(1), 1)
+    # the same seed is the same function; another is another
+    assert np.array_equal(Ehrlich(20, 12, 2, 4, seed=0)(X), v)
+    assert not np.array_equal(Ehrlich(20, 12, 2, 4, seed=1)(X), v)
+    # quantization 2 of motifs of length 4: only halves count
+    g = Ehrlich(num_states=20, length=12, num_motifs=2, motif_length=4, quantization=2, seed=0)
+    assert set(np.unique(g(X) * 4).round(6)) <= {0.0, 1.0, 2.0, 4.0}
+
+
+def test_exhaustive_landscape():
+    f = ExhaustiveLandscape(num_states=4, length=5, seed=3)
+    assert f.table.shape == (4 ** 5,) and f.table.max() == 1.0 and f.table.min() == 0.0
+    X = np.array(list(itertools.product(range(4), repeat=5)))
+    assert np.array_equal(f(X), f.table)
+
+
+def test_local_search_baseline_is_botorch_on_the_same_ucb():
+    space = SequenceSpace("ACDEF", 5, allowed=("AC", "", "", "", "DEF"))
+    sur, X, y = _surrogate(space, 12, seed=4)
+    out = suggest_baseline("local_search", space, X, y, 3, seed=0)
+    assert len(out) == 3 and all(space.feasible(x)[0] for x in out)
+
+
+def test_suggestion_job_resumes_after_a_kill_and_returns_the_same_batch():
+    space = SequenceSpace("ACDEFG", 6, parents=("ACDEFG",), max_edits=3, forbidden=("GG",))
+    rng = np.random.default_rng(0)
+    X = space.sample_feasible(rng, 12)
+    params = {"campaign_id": "c", "space": {"alphabet": "ACDEFG", "length": 6, "parents": ["ACDEFG"],
+                                            "max_edits": 3, "forbidden_motifs": ["GG"]},
+              "solver": "hedge", "batch_size": 4, "rounds": 20, "tail": 5, "games": 4, "seed": 3,
+              "sequences": [space.decode(x) for x in X], "values": [float(v) for v in rng.standard_normal(12)]}
+    params.pop("tail")
+    whole = run_suggestion(InMemoryJobContext(dict(params), kind="design.gameopt.suggest"))
+    ctx = InMemoryJobContext(dict(params), kind="design.gameopt.suggest", cancel_after_progress=3)
+    with pytest.raises(Cancelled):
+        run_suggestion(ctx)
+    assert ctx.checkpoints_saved == 2
+    ctx.cancel_after_progress = None
+    before = len(ctx.events)
+    resumed = run_suggestion(ctx)
+    assert resumed["suggestions"] == whole["suggestions"] and resumed["games"] == 4
+    games_run = [m for _, m, _ in ctx.events[before:] if m.startswith("game")]
+    assert games_run == ["game 3/4", "game 4/4"]  # only the games not done before the kill ran again
+    seqs = [s["sequence"] for s in whole["suggestions"]]
+    assert len(seqs) == 4 and all(not space.violations(s) for s in seqs)
