@@ -23,7 +23,7 @@ from services.design.crystals import data as D
 from services.design.crystals import generate as G
 from services.design.crystals import model as M
 from services.design.crystals import representation as R
-from services.design.crystals.params import GenerateParams, ImportParams, TrainParams
+from services.design.crystals.params import GenerateParams, ImportParams, TrainParams, check_request
 
 MODEL_FORMAT = "praxon.design.crystals.symmcd/v1"
 REGISTRY_KIND = "design.symmcd"
@@ -129,18 +129,6 @@ def run_training(ctx: JobContext) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ generation
-def check_request(p: GenerateParams) -> None:
-    """Errors the caller can fix, named by the request's fields (the servicer calls this before submitting)."""
-    if p.min_atoms > p.max_atoms:
-        raise InvalidArgument("atom_count_range", "min must be <= max")
-    if p.space_groups:
-        if bad := G.check_reachable(p.space_groups, p.min_atoms, p.max_atoms):
-            g = bad[0]
-            counts = sorted(R.reachable_counts(g, max(p.max_atoms, 64)))[:8]
-            raise InvalidArgument("atom_count_range", f"no combination of space group {g}'s Wyckoff positions "
-                                  f"gives {p.min_atoms}..{p.max_atoms} atoms (smallest cells: {counts})")
-
-
 class Generation:
     def __init__(self, p: GenerateParams):
         self.p = p

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from services.common.errors import InvalidArgument
 from services.common.params import JobParams, ModelName
 
 MAX_CELL_ATOMS = 64  # data.MAX_CELL_ATOMS
@@ -99,3 +100,17 @@ class GenerateParams(JobParams):
         if self.method == "pyxtal_random" and not self.reference_dataset_artifact_id:
             raise ValueError("method 'pyxtal_random' needs reference_dataset_artifact_id")
         return self
+
+
+def check_request(p: GenerateParams) -> None:
+    """Errors the caller can fix, named by the request's fields: an atom-count range that no combination of a
+    requested group's Wyckoff positions reaches (pyxtal's tables; no torch)."""
+    from services.design.crystals import representation as R  # noqa: PLC0415
+
+    if p.min_atoms > p.max_atoms:
+        raise InvalidArgument("atom_count_range", "min must be <= max")
+    for g in sorted(p.space_groups):
+        if not any(p.min_atoms <= c <= p.max_atoms for c in R.reachable_counts(g, p.max_atoms)):
+            counts = sorted(R.reachable_counts(g, MAX_CELL_ATOMS))[:8]
+            raise InvalidArgument("atom_count_range", f"no combination of space group {g}'s Wyckoff positions "
+                                  f"gives {p.min_atoms}..{p.max_atoms} atoms (smallest cells: {counts})")
