@@ -102,10 +102,22 @@ def retrieval_set(seed: int, n: int, n_records: int) -> list[Retrieval]:
     return [retrieval(rng, n_records) for _ in range(n)]
 
 
+def retrieval_document(rng: random.Random, n_records: int, lookups: int) -> str:
+    """Records followed by `lookups` lookups of distinct keys (several per document: more copying signal per
+    token; the first lookup has exactly the shape of an evaluation prompt)."""
+    r = retrieval(rng, n_records)
+    records = r.prompt.rsplit(" ; lookup", 1)[0]
+    pairs = [(p.split(" value ")[0].removeprefix("record : key "), p.split(" value ")[1])
+             for p in records.split(" ; ")]
+    picks = rng.sample(range(n_records), min(lookups, n_records))
+    asks = " ; ".join(f"lookup : key {pairs[i][0]} value {pairs[i][1]}" for i in picks)
+    return f"{records} ; {asks} ."
+
+
 def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2, max_records: int = 12,
-                   qa_repeats: int = 6) -> list[str]:
+                   qa_repeats: int = 6, lookups: int = 3) -> list[str]:
     """Training documents (one per list entry): facts, their QA pairs (ambiguous names with both answers across
-    documents), and retrieval documents with 2..max_records records."""
+    documents), and retrieval documents with min_records..max_records records and up to `lookups` lookups."""
     rng = random.Random(seed)
     seen, _ = entities(seed)
     docs: list[str] = []
@@ -115,7 +127,6 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
             docs.append(f"question : where does {e.name} live ? answer : {e.town} .")
             docs.append(f"question : what does {e.name} do ? answer : {e.trade} .")
     for _ in range(n_retrieval):
-        r = retrieval(rng, rng.randint(min_records, max_records))
-        docs.append(f"{r.prompt} {r.answer} .")
+        docs.append(retrieval_document(rng, rng.randint(min_records, max_records), lookups))
     rng.shuffle(docs)
     return docs

@@ -226,11 +226,15 @@ class Sequence:
         self.final_text: str | None = None
 
     def cache_bytes(self) -> int:
-        per = self.k[0].element_size() * (self.k[0].shape[-1] + self.v[0].shape[-1])
+        k, v = self.k, self.v
+        if not k or not v:
+            return 0  # left: the cache is gone
+        per = k[0].element_size() * (k[0].shape[-1] + v[0].shape[-1])
         return int(self.lengths.sum()) * per
 
     def buffer_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+        k, v = self.k, self.v
+        return sum(t.numel() * t.element_size() for t in (*k, *v))
 
 
 class Engine:
@@ -363,7 +367,8 @@ class Engine:
                 for s in list(self.running):
                     s.finish = "error"
                     self._leave(s, exc)
-                self.running = []
+                with self._lock:
+                    self.running = []
         for req in pending:
             req.on_event(self._finished_empty(req, "cancelled", Unavailable("server shutting down")))
         for s in running:
@@ -383,7 +388,8 @@ class Engine:
             log.exception("engine %s: prefill failed", self.name)
             req.on_event(self._finished_empty(req, "error", exc))
             return
-        self.running.append(seq)
+        with self._lock:
+            self.running.append(seq)
         self._emit(seq, logits[0])
 
     def _prefill(self, req: Request) -> tuple[Sequence, torch.Tensor]:
@@ -537,7 +543,8 @@ class Engine:
                 keep.append(s)
             else:
                 self._leave(s)
-        self.running = keep
+        with self._lock:
+            self.running = keep
 
     def _leave(self, s: Sequence, error: BaseException | None = None) -> None:
         a = self.adapter

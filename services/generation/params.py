@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from services.common.params import JobParams, ModelName
 
@@ -32,14 +32,19 @@ class TrainParams(JobParams):
     validation_fraction: float = Field(0.05, gt=0, lt=0.5)
     seed: int = Field(0, ge=0, le=2 ** 31 - 1)
 
-    @model_validator(mode="after")
-    def _shapes(self):
-        if self.hidden_size % self.num_heads:
+    @field_validator("num_heads")
+    @classmethod
+    def _heads(cls, v: int, info: ValidationInfo) -> int:
+        if "hidden_size" in info.data and info.data["hidden_size"] % v:
             raise ValueError("hidden_size must be a multiple of num_heads")
-        kv = self.num_kv_heads or self.num_heads
-        if self.num_heads % kv:
+        return v
+
+    @field_validator("num_kv_heads")
+    @classmethod
+    def _kv_heads(cls, v: int, info: ValidationInfo) -> int:
+        if v and "num_heads" in info.data and info.data["num_heads"] % v:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
-        return self
+        return v
 
 
 class ImportParams(JobParams):
@@ -50,13 +55,14 @@ class ImportParams(JobParams):
 
     model_name: ModelName
     path: str | None = None
-    artifact_id: str | None = None
+    artifact_id: str | None = Field(None, validate_default=True)
 
-    @model_validator(mode="after")
-    def _one_source(self):
-        if (self.path is None) == (self.artifact_id is None):
+    @field_validator("artifact_id")
+    @classmethod
+    def _one_source(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if (info.data.get("path") is None) == (v is None):
             raise ValueError("give exactly one of path or artifact_id")
-        return self
+        return v
 
 
 Policy = Literal["none", "vl_cache", "h2o", "streaming_llm"]
