@@ -26,6 +26,6 @@ SPEC = ServiceSpec(
 
 # The parts, in demo order; each is a subpackage services.design.<part> with api.register, cli.add_commands and
 # cli.demo. A part is listed here once it exists.
-PARTS: tuple[str, ...] = ("crystals", "flows")
+PARTS: tuple[str, ...] = ("gameopt", "crystals", "flows")
 
 __all__ = ["SPEC", "PARTS", "JobKind"]
