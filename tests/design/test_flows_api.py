@@ -188,3 +188,26 @@ def test_training_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(
     want = ctx.models[run_train_flow(ctx)["model_version_id"]][1]
     for k in want:
         torch.testing.assert_close(got[k], want[k])
+
+
+def test_cli_commands_and_demo(env, capsys):
+    from services.cli.main import main
+    from services.common.client import Target
+    from services.design.flows import cli
+
+    term = cli.parse_reward("log_density:4,0,-4,0/0.5@2")
+    assert term.kind == pb.REWARD_KIND_LOG_DENSITY and list(term.target) == [4, 0, -4, 0]
+    assert term.scale == 0.5 and term.weight == 2
+    assert cli.parse_reward("predictor=prop:3@0.5").predictor.version == 3
+    with pytest.raises(SystemExit):
+        cli.parse_reward("magic:1")
+    flags = ["--address", env.server.address, "--token", env.token]
+    main(["design", "flows", "sample", *flags, "--flow", "ring:1", "--reward", "distance:0,4", "--method",
+          "flowgrad", "--steps", "10", "--iterations", "3", "--num-samples", "32", "--learning-rate", "0.1"])
+    out = capsys.readouterr().out
+    assert "flowgrad on euclidean: reward" in out and "iteration   3" in out
+    main(["design", "flows", "predictor", *flags, "--name", "first-coord", "--builtin", "gmm2d", "--steps", "50"])
+    assert "train_r2=" in capsys.readouterr().out
+    cli.demo(Target(env.server.address, env.token))
+    out = capsys.readouterr().out
+    assert "registered demo-ring-flow v1" in out and "oc_flow on euclidean" in out
