@@ -10,12 +10,15 @@ Outputs:  "item_index"    INT64 [B, k]  catalogue indices, best first; -1 in slo
           "item_id"       BYTES [B, k]  raw item ids as imported; "" in empty slots
           "fallback"      BOOL  [B]     the row was scored by popularity (empty history or popularity model)
 Response parameters: model_name, registry_version, model_version_id, model_kind, catalogue_size.
-The numbers equal RecommendationService.Recommend's (and the domain Recommender's) for the same model."""
+The numbers equal RecommendationService.Recommend's (and the engine's, recommender.Recommender) for the same model.
+Built from the registry (`build`), the predictor serves through the same ModelCache as the servicer, so it follows
+alias moves the same way: a request after the alias moved (and the cache's alias_check_s passed) is answered by the
+new version, loaded in the background while the old one keeps answering."""
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from kserve import Model
@@ -41,11 +44,14 @@ def _scalar(payload: InferRequest, name: str, datatypes: tuple[str, ...], defaul
 
 
 class RecommendationPredictor(Model):
-    """Serves one recommendation model version. `loader()` -> Loaded runs in load()."""
+    """Serves a recommendation model: a fixed version (`loaded`), or whatever `current()` (an async callable, e.g.
+    a ModelCache lookup of name@alias) returns at each request. `loader()` -> Loaded runs in load()."""
 
-    def __init__(self, name: str, *, loader: Callable[[], Loaded] | None = None, loaded: Loaded | None = None):
+    def __init__(self, name: str, *, loader: Callable[[], Loaded] | None = None, loaded: Loaded | None = None,
+                 current: Callable[[], Awaitable[Loaded]] | None = None):
         super().__init__(name)
         self._loader = loader
+        self._current = current
         self.loaded = loaded
         self.ready = loaded is not None
 
@@ -55,10 +61,10 @@ class RecommendationPredictor(Model):
         self.ready = True
         return self.ready
 
-    def parse(self, payload: InferRequest) -> tuple[list[list[str]], int, bool]:
+    def parse(self, payload: InferRequest, loaded: Loaded | None = None) -> tuple[list[list[str]], int, bool]:
         if not isinstance(payload, InferRequest):
             raise InvalidInput("expected an Open Inference Protocol v2 request")
-        rec = self.loaded.rec
+        rec = (loaded or self.loaded).rec
         inp = payload.get_input_by_name("history")
         if inp is None:
             raise InvalidInput("input 'history' (INT64 [B, L] catalogue indices, 0-padded) is required")
@@ -86,8 +92,9 @@ class RecommendationPredictor(Model):
         histories = [[ids[x - 1] for x in row.tolist() if x > 0] for row in arr]
         return histories, int(k), bool(exclude)
 
-    def infer(self, histories: list[list[str]], k: int, exclude_seen: bool) -> dict[str, np.ndarray]:
-        rows = rows_from(self.loaded.rec, histories, [k] * len(histories), exclude_seen)
+    def infer(self, histories: list[list[str]], k: int, exclude_seen: bool,
+              loaded: Loaded | None = None) -> dict[str, np.ndarray]:
+        rows = rows_from((loaded or self.loaded).rec, histories, [k] * len(histories), exclude_seen)
         b = len(rows)
         idx = np.full((b, k), -1, dtype=np.int64)
         score = np.full((b, k), -np.inf, dtype=np.float32)
@@ -104,8 +111,11 @@ class RecommendationPredictor(Model):
                       response_headers: dict[str, str] | None = None) -> InferResponse:
         if not self.ready:
             self.load()
-        histories, k, exclude = self.parse(payload)
-        out = await asyncio.to_thread(self.infer, histories, k, exclude)
+        loaded = self.loaded
+        if self._current is not None:
+            loaded = self.loaded = await self._current()  # follows the alias (hot swap in the background)
+        histories, k, exclude = self.parse(payload, loaded)
+        out = await asyncio.to_thread(self.infer, histories, k, exclude, loaded)
         b = len(histories)
         outputs = []
         for name, dtype, shape in (("item_index", "INT64", [b, k]), ("score", "FP32", [b, k]),
@@ -113,7 +123,7 @@ class RecommendationPredictor(Model):
             o = InferOutput(name=name, shape=shape, datatype=dtype)
             o.set_data_from_numpy(out[name], binary_data=False)
             outputs.append(o)
-        i = self.loaded.info
+        i = loaded.info
         params = {"model_name": i.name, "registry_version": str(i.version), "model_version_id": i.model_version_id,
                   "model_kind": i.model_kind, "catalogue_size": str(i.catalogue_size)}
         return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
@@ -121,30 +131,29 @@ class RecommendationPredictor(Model):
 
 
 def build(settings, tenant_id: str, model_ref: str) -> RecommendationPredictor:
-    """PREDICTORS["recommendation"]: a ready predictor for a registered model ("name", "name:3" or "name@alias";
-    the default alias "production", else the latest version), loaded from the registry now."""
-    from services.common.serving import RefKey, parse_model_ref  # noqa: PLC0415
+    """PREDICTORS["recommendation"]: a predictor for a registered model ("name", "name:3" or "name@alias"; the
+    default alias "production", else the latest version), loaded from the registry now; a reference without a
+    version keeps following its alias (the servicer's ModelCache, over a registry connection the predictor keeps)."""
+    from services.common import db  # noqa: PLC0415
+    from services.common.registry import Registry  # noqa: PLC0415
+    from services.common.serving import ModelCache, RefKey, parse_model_ref  # noqa: PLC0415
+    from services.common.spec import service_settings  # noqa: PLC0415
+    from services.common.store import ArtifactStore  # noqa: PLC0415
+    from services.recommendation.serving import build_loaded  # noqa: PLC0415
 
-    config = ServingConfig()
+    config = service_settings(settings, "recommendation", ServingConfig)
     name, version, alias = parse_model_ref(model_ref, config.default_model)
+    key = RefKey(tenant_id, name, version, alias)
+    pool = db.create_pool(settings, max_size=2)
+    cache = ModelCache(Registry(pool, ArtifactStore(settings)), build_loaded, config, what="recommendation model")
+    first = cache.load_now(key)
+    cache._loaded[first.info.model_version_id] = first  # noqa: SLF001 - the first request is served without a reload
 
-    def loader() -> Loaded:
-        from services.common import db  # noqa: PLC0415
-        from services.common.registry import Registry  # noqa: PLC0415
-        from services.common.serving import ModelCache  # noqa: PLC0415
-        from services.common.store import ArtifactStore  # noqa: PLC0415
-        from services.recommendation.serving import build_loaded  # noqa: PLC0415
+    async def current() -> Loaded:
+        return await cache.get(key)
 
-        pool = db.create_pool(settings, max_size=2)
-        try:
-            registry = Registry(pool, ArtifactStore(settings))
-            return ModelCache(registry, build_loaded, config, what="recommendation model").load_now(
-                RefKey(tenant_id, name, version, alias))
-        finally:
-            pool.close()
-
-    predictor = RecommendationPredictor("recommendation", loader=loader)
+    predictor = RecommendationPredictor("recommendation", loaded=first, current=None if version else current)
+    predictor.pool = pool  # kept open for the predictor's lifetime (alias checks, new versions)
     # Loaded here: kserve's ModelServer.start() refuses models that are not ready (NoModelReady), and
     # services/cli/serve.py run_predictor hands the model over as built.
-    predictor.load()
     return predictor

@@ -244,10 +244,30 @@ def test_job_request_validation(env):
                  grpc.StatusCode.NOT_FOUND)
     # extra params reach the job's parser and the job: a valid one is accepted
     extra = struct_pb2.Struct()
-    extra.update({"loss_type": "mse", "eval_batch_size": 256})
+    extra.update({"max_grad_norm": 1.0, "eval_batch_size": 256})
     job = s.StartTrainingJob(tr(dataset_artifact_id=env.dataset_id, model_name="rec-never", extra_params=extra,
                                 params=pb.TrainingParams(epochs=1, dim=8)), metadata=md).job
-    assert job.params["loss_type"] == "mse" and job.params["eval_batch_size"] == 256 and job.kind == "recommendation.train"
+    assert job.params["max_grad_norm"] == 1.0 and job.params["eval_batch_size"] == 256
+    assert job.kind == "recommendation.train" and job.params["lr"] == 1e-4  # the kind's defaults, filled in
+    # cross-field rules of the job's model, named as sent
+    expect_error(lambda: s.StartTrainingJob(tr(dataset_artifact_id=env.dataset_id,
+                                               params=pb.TrainingParams(loss_type="mse")), metadata=md),
+                 ia, "params.loss_type")
+    expect_error(lambda: s.StartTrainingJob(tr(dataset_artifact_id=env.dataset_id, model_kind=pb.MODEL_KIND_DREAMREC,
+                                               params=pb.TrainingParams(lam=0.4)), metadata=md), ia, "params.lam")
+    expect_error(lambda: s.StartTrainingJob(tr(dataset_artifact_id=env.dataset_id,
+                                               params=pb.TrainingParams(early_stop_metric="auc")), metadata=md),
+                 ia, "params.early_stop_metric")
+    sw = pb.StartSweepJobRequest
+    expect_error(lambda: s.StartSweepJob(sw(dataset_artifact_id=env.dataset_id), metadata=md), ia, "grid")
+    expect_error(lambda: s.StartSweepJob(sw(dataset_artifact_id=env.dataset_id,
+                                            grid=[pb.SweepAxis(name="depth", values=[1])]), metadata=md), ia, "grid")
+    expect_error(lambda: s.StartSweepJob(sw(dataset_artifact_id=env.dataset_id, params=pb.TrainingParams(heads=2),
+                                            grid=[pb.SweepAxis(name="dim", values=[16, 15])]), metadata=md),
+                 ia, "grid")
+    expect_error(lambda: s.StartSweepJob(sw(dataset_artifact_id=env.dataset_id, params=pb.TrainingParams(lr=2.0),
+                                            grid=[pb.SweepAxis(name="dim", values=[16])]), metadata=md),
+                 ia, "params.lr")
     env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=md)
     wait_job(env.jobs, env.token, job.id)
 
@@ -465,6 +485,8 @@ def test_training_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(env)
     assert [epochs[i] for i in range(1, 5)] == pytest.approx([want_losses[i] for i in range(1, 5)], rel=1e-4)
     got = dict(final.result["metrics"])
     for key, value in want["metrics"].items():
+        if key == "seconds_to_best":  # wall time, not a result
+            continue
         assert got[key] == pytest.approx(value, abs=0.02), key
 
 
@@ -546,3 +568,59 @@ def test_cli_query_and_evaluate(env, capsys, tmp_path):
         bad = tmp_path / "bad.csv"
         bad.write_text("user,item,timestamp\na,b,1\na,b,1\n")
         main(["recommend", "import", "--file", str(bad), *opts])
+
+
+def test_protocol_import_and_sweep_through_the_api(env):
+    """A leave_one_out import records its protocol; a sweep job trains each grid point and reports the table."""
+    s, md = env.stub, env.md
+    imp = wait_job(env.jobs, env.token, s.StartImportInteractionsJob(pb.StartImportInteractionsJobRequest(
+        builtin=pb.BUILTIN_DATASET_SYNTHETIC, synthetic=pb.SyntheticOptions(**SYNTH),
+        protocol=pb.SPLIT_PROTOCOL_LEAVE_ONE_OUT), metadata=md).job.id)
+    assert imp.state == common_pb2.JOB_STATE_SUCCEEDED, imp.error
+    assert imp.result["protocol"] == "leave_one_out" and imp.result["n_test_users"] == SYNTH["n_users"]
+    job = wait_job(env.jobs, env.token, s.StartSweepJob(pb.StartSweepJobRequest(
+        dataset_artifact_id=imp.result["dataset_artifact_id"], model_kind=pb.MODEL_KIND_SASREC_CE,
+        params=pb.TrainingParams(epochs=1, batch_size=64, patience=3), metric="ndcg@10",
+        grid=[pb.SweepAxis(name="dim", values=[8, 16])]), metadata=md).job.id)
+    assert job.state == common_pb2.JOB_STATE_SUCCEEDED, (job.error, env.worker.log.read_text()[-3000:])
+    from services.common.convert import from_struct
+
+    result = from_struct(job.result)
+    assert [r["point"]["dim"] for r in result["rows"]] == [8, 16] and result["protocol"] == "leave_one_out"
+    assert result["best_point"] in [r["point"] for r in result["rows"]]
+    assert all(0.0 <= r["test"]["masked_ndcg@10"] <= 1.0 for r in result["rows"])
+
+
+def test_predictor_follows_alias_moves(env):
+    """The kserve predictor built from the registry for name@alias answers with the new version once the alias
+    moves (the servicer's ModelCache, in the predictor's process), without a restart."""
+    from kserve.protocol.infer_type import InferInput, InferRequest
+
+    from services.recommendation.predictor import build
+
+    alias = f"pred-{uuid.uuid4().hex[:6]}"
+
+    def point(version):
+        env.registry.SetAlias(models_pb2.SetAliasRequest(name="recommender", alias=alias, version=version),
+                              metadata=env.md)
+    point(1)
+    pred = build(env.settings, env.tenant_id, f"recommender@{alias}")
+    req = InferRequest(model_name="recommendation", infer_inputs=[
+        InferInput("history", [1, 2], "INT64", [1, 2]), InferInput("k", [1], "INT32", [3])])
+
+    def version_of(resp):
+        v = resp.parameters["registry_version"]
+        return getattr(v, "string_param", v)
+
+    async def run():
+        assert version_of(await pred.predict(req)) == "1"
+        point(2)
+        for _ in range(300):
+            if version_of(await pred.predict(req)) == "2":
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("the predictor kept serving version 1 after the alias moved")
+    try:
+        asyncio.run(run())
+    finally:
+        pred.pool.close()
