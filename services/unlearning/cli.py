@@ -27,8 +27,8 @@ def synthetic_guard_data(n: int = 600, dim: int = 16, classes: int = 3, n_eval: 
                          ) -> tuple[bytes, bytes, list[str]]:
     """A guard-head training set over unit-norm features (like frozen encoder embeddings), with record ids
     "msg-<i>", and a held-out set. Labels: 0 safe, 1 harassment, 2 self-harm (illustrative)."""
-    from services.unlearning.data import encode_dataset  # noqa: PLC0415 - torch only when data is made
-    from services.unlearning.synthetic import blobs  # noqa: PLC0415
+    from services.unlearning.data import encode_dataset
+    from services.unlearning.synthetic import blobs
 
     X, y = blobs(n + n_eval, dim, classes, seed=seed)
     ids = [f"msg-{i:05d}" for i in range(n)]

@@ -35,7 +35,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext
 from services.common.params import parse_params
 from services.common.state import dumps_state, loads_state
-from services.unlearning import approximate, audit, certified, robust
+from services.unlearning import approximate, audit, certified, guard_heads, robust
 from services.unlearning.data import Dataset, decode_dataset, decode_forget_set, parse_forget_ids
 from services.unlearning.linear import (DTYPE, LinearProblem, canonical_kind, is_convex_kind,
                                        problem_from_config)
@@ -86,7 +86,12 @@ def check_forget_request(method: str, config: dict, forget_ids: list[str], forgo
         raise InvalidArgument("method", f"one of {', '.join(METHODS)}")
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
-    if method in CERTIFIED_METHODS and not convex:
+    if guard_heads.is_guard_config(config):
+        from services.unlearning.guard_jobs import check_guard_request
+
+        check_guard_request(method, config)
+        convex = True
+    elif method in CERTIFIED_METHODS and not convex:
         raise FailedPrecondition(f"model kind {kind!r} is non-convex: use method noisy_finetune (uncertified); "
                                  f"method {method} cannot certify it", reason="NOT_CERTIFIABLE",
                                  metadata={"method": method, "kind": kind, "suggested_method": "noisy_finetune"})
@@ -333,6 +338,12 @@ def run_unlearning(ctx: JobContext) -> dict:
     method, mvid, seed = p.method, p.model_version_id, p.seed
     eps_in = p.epsilon, p.delta
     tensors, config = ctx.load_model(mvid)
+    if guard_heads.is_guard_config(config):
+        from services.unlearning import guard_jobs
+
+        return guard_jobs.run_guard_unlearning(ctx, p, tensors, config, forget_ids_of=_forget_ids,
+                                               checkpoint_of=_checkpoint, keep_noise=_keep_noise,
+                                               write_state=_write_state, report_of=_report, guarantee_of=guarantee)
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
     check_forget_request(method, config, [], set())

@@ -32,6 +32,7 @@ from services.common.registry import Registry
 from services.unlearning.data import decode_dataset, decode_forget_set, parse_forget_ids
 from services.unlearning.jobs import CERTIFIED_METHODS, METHODS, check_forget_request
 from services.common.params import parse_params
+from services.unlearning.guard_heads import is_guard_config
 from services.unlearning.linear import CONVEX_KINDS
 from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, require_mu
 
@@ -140,12 +141,18 @@ class UnlearningRecords:
             raise InvalidArgument("model.name", "name the model version (model or model_version_id)")
         return self.registry.resolve(tenant, name, version, alias, "model")
 
-    def _dataset_ids(self, tenant: str, dataset_id: str) -> set[str] | None:
-        """The record ids the dataset artifact holds (tombstoned or not), when it is cheap to read here."""
+    def _dataset_ids(self, tenant: str, dataset_id: str, config: dict | None = None) -> set[str] | None:
+        """The record ids the dataset artifact holds (tombstoned or not), when it is cheap to read here. For a
+        moderation guard: the ids of the rows it was trained on (its JSONL split as the trainer split it)."""
         row = self.registry.get_artifact(tenant, dataset_id, "dataset_artifact_id")
         if row["size_bytes"] > REQUEST_CHECK_MAX_BYTES:
             return None
-        ds = decode_dataset(self.registry.store.get_bytes(row["object_key"], row["sha256"]))
+        blob = self.registry.store.get_bytes(row["object_key"], row["sha256"])
+        if config is not None and is_guard_config(config):
+            from services.unlearning.guard_jobs import guard_record_ids
+
+            return set(guard_record_ids(blob, config)[1])
+        ds = decode_dataset(blob)
         return set(ds.record_ids)
 
     def start_unlearning(self, requester: Requester, req: UnlearnRequest) -> tuple[dict, str]:
@@ -190,14 +197,16 @@ class UnlearningRecords:
         if req.eval_dataset_artifact_id:
             self.registry.get_artifact(tenant, req.eval_dataset_artifact_id, "eval_dataset_artifact_id")
         forgotten = self.registry.tombstones(tenant, ds_id)
-        dataset_ids = self._dataset_ids(tenant, ds_id)
+        dataset_ids = self._dataset_ids(tenant, ds_id, config)
         check_forget_request(req.method, config, ids, forgotten, dataset_ids)
         if dataset_ids is not None and len(dataset_ids - forgotten - set(ids)) == 0:
             raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
 
         record_id = str(uuid.uuid4())
+        # the dataset comes from the version's lineage (a moderation guard's config does not name it)
         params: dict[str, Any] = {"model_version_id": str(version["id"]), "forget_record_ids": ids,
-                                  "method": typed.method, "seed": typed.seed, "record_id": record_id}
+                                  "method": typed.method, "seed": typed.seed, "record_id": record_id,
+                                  "dataset_artifact_id": ds_id}
         for k in ("epsilon", "delta", "name"):
             if getattr(typed, k) is not None:
                 params[k] = getattr(typed, k)

@@ -1,0 +1,205 @@
+"""Certified deletion from a registered moderation guard (kind frozen_linear): the unlearning job's branch for
+guard versions (guard_heads.py holds the objective and the descent).
+
+The guard's training set is its lineage dataset (a praxon guard JSONL artifact) split the way the moderation
+trainer splits it (the rows' own "split" when any row has one, else the hash-of-text split at
+validation_fraction), minus every record tombstoned by earlier unlearning jobs; a record id is the row's "id"
+(or "row-<line>" without one). Features are the frozen MiniLM features phi of services.moderation.guard
+(`GuardModel.features`): the one place the unlearning service imports the moderation package, for the
+encoder and the data format the guard itself defines (imported inside the job, never at module level).
+
+The new version keeps the guard's tensors ("heads.*"), kind and config (so the moderation service loads and
+serves it like any guard), with the certificate, the private pre-noise state and the excluded records added."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.jobcontext import JobContext
+from services.common.state import loads_state
+from services.unlearning import audit, certified
+from services.unlearning.guard_heads import DTYPE, LABEL_DIM, GuardHeadsProblem, check_certifiable, newton_to_radius
+from services.unlearning.params import UnlearnParams
+
+GUARD_METHODS = ("certified_noisy_minimizer", "retrain")
+
+
+class GuardData:
+    """The guard's training rows (ids, texts, roles, labels Y [n, 24]) and its validation rows."""
+
+    def __init__(self, rows: list, ids: list[str], val_rows: list):
+        self.rows, self.record_ids, self.val_rows = rows, ids, val_rows
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {r: i for i, r in enumerate(self.record_ids)}
+
+
+def labels(rows: list) -> torch.Tensor:
+    from services.moderation.guard import Targets
+
+    t = Targets.from_examples(rows)
+    n = len(rows)
+    Y = torch.zeros(n, LABEL_DIM, dtype=DTYPE)
+    if n:
+        Y[:, 0] = torch.from_numpy(t.unsafe)
+        Y[:, 1:12] = torch.from_numpy(t.topic)
+        Y[:, 12] = torch.from_numpy(t.topic_known.astype("float64"))
+        Y[:, 13:] = torch.from_numpy(t.severity.astype("float64"))
+    return Y
+
+
+def guard_record_ids(blob: bytes, config: dict, field: str = "dataset_artifact_id") -> tuple[list, list[str], list]:
+    """(training rows, their record ids, validation rows) of a guard's JSONL dataset, split as the trainer split
+    it. Raises FAILED_PRECONDITION when the split does not reproduce the version's n_train."""
+    from services.moderation.jobs.data import split_examples
+    from services.moderation.schema import parse_guard_jsonl
+
+    try:
+        rows = parse_guard_jsonl(blob)
+    except InvalidArgument:
+        raise FailedPrecondition("the guard's lineage dataset is not a praxon guard JSONL artifact: its records "
+                                 "cannot be named") from None
+    ids = [r.id if r.id else f"row-{i}" for i, r in enumerate(rows)]
+    if len(set(ids)) != len(ids):
+        raise FailedPrecondition("the guard's dataset has duplicate row ids: records cannot be named")
+    # the trainer's own split (the rows' "split", else the hash-of-text split; the default fraction, checked
+    # against the version's n_train below)
+    position = {id(r): i for i, r in enumerate(rows)}
+    train_rows, val_rows = split_examples(rows, float(config.get("validation_fraction", 0.2)))
+    train = [position[id(r)] for r in train_rows]
+    val = [position[id(r)] for r in val_rows]
+    n_train = config.get("n_train")
+    if n_train is not None and int(n_train) != len(train):
+        raise FailedPrecondition(f"the guard's dataset yields {len(train)} training rows, but the version was "
+                                 f"trained on {n_train}: it cannot be matched record by record")
+    return [rows[i] for i in train], [ids[i] for i in train], [rows[i] for i in val]
+
+
+def check_guard_request(method: str, config: dict) -> float:
+    if method not in GUARD_METHODS:
+        raise FailedPrecondition(f"method {method} is not available for moderation guards: use "
+                                 "certified_noisy_minimizer (certified) or retrain", reason="NOT_CERTIFIABLE",
+                                 metadata={"method": method, "suggested_method": "certified_noisy_minimizer"})
+    return check_certifiable(config)
+
+
+def _features(ctx: JobContext, config: dict, rows: list, lo: float, hi: float) -> torch.Tensor:
+    """phi exactly as the guard's trainer computes it (a response with its prompt context, the frozen encoder)."""
+    from services.moderation.guard import FEATURE_SPEC
+    from services.moderation.jobs.train_guard import example_features
+
+    if config.get("feature_spec") != FEATURE_SPEC:
+        raise FailedPrecondition(f"guard feature spec {config.get('feature_spec')!r} is not the encoder's "
+                                 f"{FEATURE_SPEC}: its features cannot be recomputed")
+    if not rows:
+        return torch.zeros(0, int(config["feature_dim"]), dtype=DTYPE)
+    return torch.from_numpy(example_features(ctx, rows, lo, hi, "unlearning")).to(DTYPE)
+
+
+def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, config: dict, *,
+                         forget_ids_of, checkpoint_of, keep_noise, write_state, report_of, guarantee_of) -> dict:
+    """The guard branch of jobs.run_unlearning (the helpers are jobs.py's, passed in to keep one definition)."""
+    l2 = check_guard_request(p.method, config)
+    mvid = p.model_version_id
+    ds_id = p.dataset_artifact_id or config.get("dataset_artifact_id")
+    if not ds_id:
+        raise FailedPrecondition("the guard was trained on the packaged seed set (no dataset artifact in its "
+                                 "lineage): records cannot be named", reason="NO_DATASET_LINEAGE")
+    from services.unlearning.jobs import _privacy
+
+    eps, delta = _privacy(p.epsilon, p.delta, config if config.get("certificate") else None)
+    r = p.r if p.r is not None else float(config.get("r", 1e-3))
+    rows, ids, val_rows = guard_record_ids(ctx.read_artifact(ds_id), config)
+    forgotten = ctx.forgotten_records(ds_id)
+    excluded = set(config.get("excluded_record_ids") or [])
+    forget_ids = forget_ids_of(ctx, p)
+    known = set(ids)
+    unknown = [f for f in forget_ids if f not in known]
+    if unknown:
+        raise InvalidArgument("forget_record_ids", "unknown record ids of the guard's training set: "
+                              + ", ".join(unknown[:5]), reason="UNKNOWN_RECORD_IDS")
+    already = [f for f in forget_ids if f in forgotten or f in excluded]
+    if already:
+        raise InvalidArgument("forget_record_ids", f"{len(already)} record ids were already forgotten (e.g. "
+                              f"{already[0]})", reason="ALREADY_FORGOTTEN")
+    gone = set(forget_ids) | forgotten | excluded
+    keep = [i for i, rid in enumerate(ids) if rid not in gone]
+    forget_idx = [i for i, rid in enumerate(ids) if rid in set(forget_ids)]
+    if not keep:
+        raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
+    problem = GuardHeadsProblem(mu=l2, dim=int(config["feature_dim"]))
+    t0 = time.perf_counter()
+    ck = checkpoint_of(ctx, "unlearn_guard")
+    ctx.check_cancelled()
+    if "phi" not in ck:
+        ck["phi"] = _features(ctx, config, rows, 0.0, 0.3)
+        ck["phi_val"] = _features(ctx, config, val_rows, 0.3, 0.35)
+        ctx.save_checkpoint(ck)
+    phi, phi_val = ck["phi"].to(DTYPE), ck["phi_val"].to(DTYPE)
+    Y, Y_val = labels(rows), labels(val_rows)
+    keep_t, forget_t = torch.tensor(keep, dtype=torch.long), torch.tensor(forget_idx, dtype=torch.long)
+    Xr, Yr = phi[keep_t], Y[keep_t]
+    if config.get("state_artifact_id"):
+        theta_start = loads_state(ctx.read_artifact(config["state_artifact_id"]))["theta_start"].to(DTYPE)
+        start_source = "private_state"
+    else:  # the moderation trainer publishes its exact minimizer without noise: that is the warm start
+        theta_start = problem.from_tensors(tensors)
+        start_source = "published_weights"
+    start = "zero" if p.method == "retrain" else "warm"
+    state = certified.GDState.from_dict(ck["gd"]) if ck.get("gd") is not None else None
+
+    def cb(st: certified.GDState) -> None:
+        ck["gd"] = st.to_dict()
+        ctx.save_checkpoint(ck)
+        ctx.progress(0.35 + 0.55 * min(0.99, st.step / 20), f"newton: step {st.step}", grad_norm=st.grad_norm)
+        ctx.check_cancelled()
+
+    res = newton_to_radius(problem, Xr, Yr, theta_start if start == "warm" else problem.zeros(), r,
+                           max_steps=p.max_steps if p.max_steps < 100_000 else 200, state=state, callback=cb)
+    out = certified.certify_and_publish(problem, res, radius=r, epsilon=eps, delta=delta, start=start,
+                                        unit_noise=ck.get("unit_noise"))
+    keep_noise(ctx, ck, out)
+    state_id = write_state(ctx, out.theta_private, out.theta_private)
+    cert = out.certificate.to_dict()
+    new_tensors = {k: v for k, v in tensors.items() if not k.startswith("heads.")}
+    new_tensors.update(problem.to_tensors(out.theta_published))
+    metrics = {f"retain_{k}": v for k, v in problem.utility(out.theta_published, Xr, Yr).items()}
+    mia: dict[str, Any] = {}
+    if len(val_rows) and len(forget_idx):
+        Xf, Yf = phi[forget_t], Y[forget_t]
+        theta_old = problem.from_tensors(tensors)
+
+        def mia_at(theta):
+            return audit.loss_mia_auc(lambda A, B: problem.per_example_loss(theta, A, B), (Xf, Yf), (phi_val, Y_val))
+
+        mia = {"before": mia_at(theta_old), "after": mia_at(out.theta_published)}
+        metrics.update({f"mia_auc_{k}": v for k, v in mia.items()})
+        metrics.update({f"val_{k}": v for k, v in problem.utility(out.theta_published, phi_val, Y_val).items()})
+    new_excluded = list(dict.fromkeys(list(config.get("excluded_record_ids") or [])
+                                      + [i for i in ids if i in forgotten] + forget_ids))
+    report = {"certified": True, "certificate": cert, "kind": "guard_frozen_linear",
+              "regime": {"regime": "guard", "start": start, "start_source": start_source},
+              "costs": {"grad_evals": cert["grad_evals"], "steps": cert["steps"], "newton_steps": cert["steps"],
+                        "wall_s": time.perf_counter() - t0},
+              "mia_auc": mia, "metrics": metrics}
+    report["guarantee"] = guarantee_of(p.method, report)
+    new_config = dict(config)
+    new_config.update({"mu": l2, "r": r, "epsilon": eps, "delta": delta, "sigma": out.certificate.sigma,
+                       "certificate": cert, "state_artifact_id": state_id, "excluded_record_ids": new_excluded,
+                       "dataset_artifact_id": ds_id, "parent_model_version_id": mvid, "unlearning_method": p.method,
+                       "n_train": len(keep), "guarantee": report["guarantee"]})
+    name = p.name or str(config.get("name") or "guard")
+    info = ctx.register_model(name, new_tensors, kind="guard/frozen_linear", config=new_config, metrics=metrics,
+                              dataset_artifact_id=ds_id, parent_version_ids=[mvid])
+    ctx.forget_records(ds_id, forget_ids)
+    report.update({"job": "unlearn", "method": p.method, "parent_model_version_id": mvid,
+                   "forget_count": len(forget_idx), "retain_count": len(keep), "model_version_id": info.model_version_id})
+    rid = report_of(ctx, "unlearning_report.json", report)
+    ctx.progress(1.0, "unlearned", **{k: float(v) for k, v in metrics.items()})
+    return {"model_version_id": info.model_version_id, "report_artifact_id": rid, "certified": True,
+            "certificate": cert, "regime": report["regime"], "costs": report["costs"], "metrics": metrics,
+            "guarantee": report["guarantee"]}

@@ -1,0 +1,131 @@
+"""The moderation guard's heads as a certified kind: the exact objective the guard trains, certified deletion of its
+training records from a guard trained by the moderation job, refusal of heads that cannot be strongly convex."""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from services.common.errors import FailedPrecondition
+from services.common.jobcontext import InMemoryJobContext
+from services.common.state import loads_state
+from services.unlearning import guard_heads, guard_jobs, jobs
+
+R = 1e-3
+
+
+@pytest.fixture(scope="module")
+def guard():
+    """A small guard trained by the moderation job on part of the packaged seed set (ids seed-xxxx)."""
+    from services.moderation.jobs.train_guard import run_guard_training
+    from services.moderation.schema import dump_guard_jsonl, load_seed_dataset
+
+    torch.set_num_threads(1)
+    rows = load_seed_dataset()
+    train = [r for r in rows if r.split == "train"][:80]
+    val = [r for r in rows if r.split == "validation"][:30]
+    ctx = InMemoryJobContext(params={})
+    ds = ctx.add_artifact(dump_guard_jsonl(train + val), "guard.jsonl", "application/jsonl")
+    ctx.params = {"dataset_artifact_id": ds, "model_name": "guard", "l2": 1e-2}
+    out = run_guard_training(ctx)
+    return ctx, ds, out, [r.id for r in train]
+
+
+def _data(ctx, ds, config):
+    rows, ids, val = guard_jobs.guard_record_ids(ctx.read_artifact(ds), config)
+    from services.moderation.jobs.train_guard import example_features
+
+    return rows, ids, torch.from_numpy(example_features(None, rows)), guard_jobs.labels(rows)
+
+
+def test_the_objective_is_the_guards_own(guard):
+    from services.moderation.guard import LinearHeads, Targets, frozen_linear_objective
+
+    ctx, ds, out, _ = guard
+    tensors, config = ctx.load_model(out["model_version_id"])
+    rows, ids, phi, Y = _data(ctx, ds, config)
+    problem = guard_heads.GuardHeadsProblem(mu=config["l2"], dim=config["feature_dim"])
+    g = torch.Generator().manual_seed(0)
+    theta = problem.from_tensors(tensors) + 0.1 * torch.randn(problem.num_params, generator=g, dtype=torch.float64)
+    # blocks without rows (a topic no row has a severity for) have no term in the guard's objective; here they
+    # carry the proximal term around their initial values, which is zero there: keep them at init
+    _, _, _, topic_rows, sev_rows = problem.block_weights(Y)
+    assert topic_rows
+    h, h0 = problem.unflatten(theta), problem.unflatten(problem.init())
+    for t in (~sev_rows).nonzero()[:, 0].tolist():
+        h["sev_w"][t], h["sev_b"][t] = h0["sev_w"][t], h0["sev_b"][t]
+    heads = LinearHeads.from_tensors(problem.to_tensors(theta))
+    for k in LinearHeads.NAMES:
+        getattr(heads, k).requires_grad_(True)
+    J = frozen_linear_objective(heads, phi, Targets.from_examples(rows), config["l2"])
+    J.backward()
+    theirs = torch.cat([getattr(heads, k).grad.reshape(-1) for k in LinearHeads.NAMES])
+    assert problem.objective(theta, phi, Y) == pytest.approx(float(J.detach()), rel=1e-10)
+    torch.testing.assert_close(problem.gradient(theta, phi, Y), theirs, rtol=1e-9, atol=1e-12)
+    # the moderation trainer's Newton solution is (numerically) the minimizer of this objective
+    assert problem.gradient(problem.from_tensors(tensors), phi, Y).norm() < 1e-5
+
+
+def test_forget_ten_records_certified_within_2r_of_retraining(guard):
+    from services.moderation.guard import GuardModel
+
+    ctx, ds, out, train_ids = guard
+    forget = train_ids[5:15]
+    ctx.params = {"model_version_id": out["model_version_id"], "forget_record_ids": forget, "dataset_artifact_id": ds,
+                  "method": "certified_noisy_minimizer", "r": R, "epsilon": 1.0, "delta": 1e-5}
+    res = jobs.run_unlearning(ctx)
+    assert res["certified"] and res["certificate"]["certified"]
+    g = res["guarantee"]
+    assert g["kind"] == "certified" and g["epsilon"] == 1.0 and "noisy minimizer" in g["mechanism"]
+    info, tensors, config, lineage = ctx.models[res["model_version_id"]]
+    assert lineage["kind"] == "guard/frozen_linear" and lineage["parent_version_ids"] == [out["model_version_id"]]
+    assert config["excluded_record_ids"] == forget and ctx.forgotten_records(ds) == set(forget)
+    # ||theta_unlearned - theta_retrained|| <= 2r before noise
+    rows, ids, phi, Y = _data(ctx, ds, config | {"n_train": None})
+    keep = torch.tensor([i for i, rid in enumerate(ids) if rid not in set(forget)])
+    problem = guard_heads.GuardHeadsProblem(mu=config["l2"], dim=config["feature_dim"])
+    ref = guard_heads.newton_to_radius(problem, phi[keep], Y[keep], problem.zeros(), R)
+    theta_u = loads_state(ctx.artifacts[config["state_artifact_id"]][1])["theta_private"]
+    assert ref.converged and float((theta_u - ref.theta).norm()) <= 2 * R
+    # published = private + noise at the certificate's sigma (secret noise: never equal to the private weights)
+    pub = problem.from_tensors(tensors)
+    noise = (pub - theta_u).norm() / problem.num_params ** 0.5
+    assert 0.8 * config["sigma"] < float(noise) < 1.2 * config["sigma"]
+    # the new version is a guard the moderation code loads and serves
+    model = GuardModel.from_registry(tensors, config)
+    p = model.predict_proba(["Give me a plan to rob the corner shop at closing time at gunpoint this weekend.",
+                             "What time does the bakery open?"], ["prompt", "prompt"])
+    assert p["unsafe"][0] > p["unsafe"][1]
+
+
+def test_heads_that_cannot_be_strongly_convex_are_refused(guard):
+    ctx, ds, out, train_ids = guard
+    tensors, config = ctx.load_model(out["model_version_id"])
+    for change, words in [({"kind": "finetune"}, "top encoder layers"), ({"l2": 0.0}, "l2 = 0")]:
+        info = ctx.register_model("guard-x", tensors, kind="guard/x", config=dict(config, **change))
+        ctx.params = {"model_version_id": info.model_version_id, "forget_record_ids": train_ids[20:22],
+                      "method": "certified_noisy_minimizer", "dataset_artifact_id": ds}
+        with pytest.raises(FailedPrecondition, match=words) as e:
+            jobs.run_unlearning(ctx)
+        assert "unsafe" in str(e.value) and "severity S11" in str(e.value)
+    ctx.params = {"model_version_id": out["model_version_id"], "forget_record_ids": train_ids[20:22],
+                  "method": "finetune", "dataset_artifact_id": ds}
+    with pytest.raises(FailedPrecondition, match="not available for moderation guards"):
+        jobs.run_unlearning(ctx)
+
+
+def test_an_empty_block_is_held_at_its_initial_values():
+    # no row has a severity for any topic: the severity heads have no term in the guard's objective and stay at
+    # init; the proximal term keeps them there and J strongly convex
+    problem = guard_heads.GuardHeadsProblem(mu=0.1, dim=5)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(12, 5, generator=g, dtype=torch.float64)
+    Y = torch.zeros(12, guard_heads.LABEL_DIM, dtype=torch.float64)
+    Y[:6, 0] = 1
+    Y[:, 12] = 1
+    Y[:6, 1] = 1
+    Y[:, 13:] = -1
+    res = guard_heads.newton_to_radius(problem, X, Y, problem.zeros(), 1e-6)
+    h, h0 = problem.unflatten(res.theta), problem.unflatten(problem.init())
+    assert res.converged and torch.allclose(h["sev_w"], h0["sev_w"]) and torch.allclose(h["sev_b"], h0["sev_b"])
