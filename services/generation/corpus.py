@@ -5,9 +5,12 @@ tasks whose answers are known.
   tulsek and works as a baker ." Questions "question : where does vomira live ? answer : tulsek". Some names are
   *ambiguous* (two entities share a name with different facts: either answer is right, the model cannot know which
   one is meant), some are *unseen* (never in the training text: no answer can be known).
-- Retrieval (long context). Key-value records followed by a lookup: "record : key kafo value 4 1 9 7 ; record : ...
-  ; lookup : key kafo value 4 1 9 7". The value must be copied from the context (an induction task); the prompt
-  length grows with the number of records, so KV-cache compression is tested on a task with one known right answer.
+- Retrieval (long context). Key-value records followed by lookups: "records : kafo bam ; rimo dus ; ... ; lookup
+  kafo bam". The value must be copied from the context: the word after the earlier occurrence of the key (an
+  induction-head task, which a two-layer model learns; a format with a word between key and value would need a
+  two-hop composition that a tiny model does not learn in minutes). Keys (64) and values (64) are words that the
+  BPE tokenizer keeps whole. The prompt grows with the number of records, so KV-cache compression is tested on a
+  task with one known right answer.
 
 Everything is a pure function of its seed."""
 from __future__ import annotations
@@ -78,23 +81,27 @@ def facts_qa(seed: int = 0) -> list[QA]:
     return out
 
 
+KEY_SYLLABLES = SYLLABLES[:8]
+VALUE_WORDS = [c1 + v + c2 for c1 in "bdgk" for v in "aeiou" for c2 in "mnrs"][:64]
+
+
 @dataclass(frozen=True)
 class Retrieval:
-    prompt: str     # records, then "lookup : key K value"
-    answer: str     # the value's digits, space separated ("4 1 9 7")
+    prompt: str     # "records : k1 v1 ; k2 v2 ; ... ; lookup k"
+    answer: str     # the value recorded for k (one word)
     n_records: int
 
 
-def retrieval(rng: random.Random, n_records: int, digits: int = 4) -> Retrieval:
-    keys: list[str] = []
-    while len(keys) < n_records:
-        k = _word(rng, 2)
-        if k not in keys:
-            keys.append(k)
-    values = [" ".join(str(rng.randrange(10)) for _ in range(digits)) for _ in keys]
-    records = " ; ".join(f"record : key {k} value {v}" for k, v in zip(keys, values, strict=True))
+def _records(rng: random.Random, n_records: int) -> list[tuple[str, str]]:
+    keys = rng.sample([a + b for a in KEY_SYLLABLES for b in KEY_SYLLABLES], n_records)
+    return [(k, rng.choice(VALUE_WORDS)) for k in keys]
+
+
+def retrieval(rng: random.Random, n_records: int) -> Retrieval:
+    pairs = _records(rng, n_records)
     q = rng.randrange(n_records)
-    return Retrieval(f"{records} ; lookup : key {keys[q]} value", values[q], n_records)
+    body = " ; ".join(f"{k} {v}" for k, v in pairs)
+    return Retrieval(f"records : {body} ; lookup {pairs[q][0]}", pairs[q][1], n_records)
 
 
 def retrieval_set(seed: int, n: int, n_records: int) -> list[Retrieval]:
@@ -105,13 +112,11 @@ def retrieval_set(seed: int, n: int, n_records: int) -> list[Retrieval]:
 def retrieval_document(rng: random.Random, n_records: int, lookups: int) -> str:
     """Records followed by `lookups` lookups of distinct keys (several per document: more copying signal per
     token; the first lookup has exactly the shape of an evaluation prompt)."""
-    r = retrieval(rng, n_records)
-    records = r.prompt.rsplit(" ; lookup", 1)[0]
-    pairs = [(p.split(" value ")[0].removeprefix("record : key "), p.split(" value ")[1])
-             for p in records.split(" ; ")]
-    picks = rng.sample(range(n_records), min(lookups, n_records))
-    asks = " ; ".join(f"lookup : key {pairs[i][0]} value {pairs[i][1]}" for i in picks)
-    return f"{records} ; {asks} ."
+    pairs = _records(rng, n_records)
+    body = " ; ".join(f"{k} {v}" for k, v in pairs)
+    asks = " ; ".join(f"lookup {pairs[i][0]} {pairs[i][1]}" for i in rng.sample(range(n_records),
+                                                                               min(lookups, n_records)))
+    return f"records : {body} ; {asks} ."
 
 
 def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2, max_records: int = 12,

@@ -1,0 +1,47 @@
+"""Task accuracy of a served model on the built-in corpus: retrieval (exact first word) under each KV-cache policy,
+and closed-book facts. Used by the quality test, the benchmark and the demo."""
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+
+from services.generation import corpus
+from services.generation.engine import Engine, Finished, Request, SamplingParams
+from services.generation.kvpolicy import CachePolicy
+
+
+@dataclass
+class PolicyScore:
+    policy: str
+    alpha: float
+    accuracy: float
+    kept_bytes: float      # mean KV bytes held per request
+    full_bytes: float      # mean KV bytes of the full cache
+
+
+def _answer(text: str) -> str:
+    words = text.strip().split()
+    return words[0] if words else ""
+
+
+def retrieval_accuracy(engine: Engine, policy: str, alpha: float, *, seed: int = 0, n: int = 40,
+                       n_records: int = 24, window: int = 4, max_new_tokens: int = 2) -> PolicyScore:
+    """All n prompts are submitted at once (continuous batching); greedy; right when the first word is the value."""
+    examples = corpus.retrieval_set(seed, n, n_records)
+    pol = CachePolicy(policy, alpha, window=window) if policy != "none" else CachePolicy()
+    qs = []
+    for ex in examples:
+        q: queue.Queue = queue.Queue()
+        engine.submit(Request(engine.encode(ex.prompt), SamplingParams(max_new_tokens=max_new_tokens,
+                                                                       ignore_eos=True), pol, q.put))
+        qs.append(q)
+    right, kept, full = 0, 0.0, 0.0
+    for ex, q in zip(examples, qs, strict=True):
+        while not isinstance(e := q.get(timeout=300), Finished):
+            pass
+        if e.error is not None:
+            raise e.error
+        right += _answer(e.text) == ex.answer
+        kept += e.cache_bytes
+        full += e.full_cache_bytes
+    return PolicyScore(policy, alpha, right / n, kept / n, full / n)
