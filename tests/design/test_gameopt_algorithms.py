@@ -170,3 +170,19 @@ def test_suggestion_job_resumes_after_a_kill_and_returns_the_same_batch():
     assert games_run == ["game 3/4", "game 4/4"]  # only the games not done before the kill ran again
     seqs = [s["sequence"] for s in whole["suggestions"]]
     assert len(seqs) == 4 and all(not space.violations(s) for s in seqs)
+
+
+def test_quality_gameopt_beats_random_search_and_the_ga_on_a_small_ehrlich_function():
+    """Ehrlich(10 states, length 8, one motif of length 4): 8 random sequences, then batches of 4 up to 40
+    evaluations, over 6 seeds (each seed its own function). GameOpt (best response, beta 2, 3 games per batch) beats
+    uniform random search and the GA in median and in mean best value."""
+    cfg = GameOptConfig(solver="best_response", games=3)
+    best = {m: [] for m in ("gameopt_best_response", "random", "ga")}
+    for seed in range(6):
+        f = Ehrlich(num_states=10, length=8, num_motifs=1, motif_length=4, seed=seed)
+        for m in best:
+            best[m].append(run_loop(f, m, budget=40, batch_size=4, seed=seed, n_init=8, config=cfg).best_after(40))
+    med = {m: float(np.median(v)) for m, v in best.items()}
+    mean = {m: float(np.mean(v)) for m, v in best.items()}
+    assert med["gameopt_best_response"] > max(med["random"], med["ga"]), best
+    assert mean["gameopt_best_response"] > max(mean["random"], mean["ga"]), best
