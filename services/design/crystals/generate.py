@@ -210,18 +210,38 @@ def smact_valid(counts: dict[str, int], max_combinations: int = 20000) -> bool:
     return False
 
 
+MIN_LENGTH, MAX_LENGTH, MAX_ABS_COS = 0.5, 100.0, 0.98
+
+
+def degenerate_lattice(matrix) -> bool:
+    """A cell no crystal has: a lattice vector shorter than 0.5 A (an atom within 0.5 A of its own image, so
+    structurally invalid anyway), longer than 100 A, or nearly flat. Such cells (an untrained model makes them)
+    are reported as failed without running spglib or a periodic distance search, whose cost and memory explode on
+    them."""
+    m = np.asarray(matrix, dtype=float)
+    if not np.all(np.isfinite(m)):
+        return True
+    lengths = np.linalg.norm(m, axis=1)
+    if lengths.min() < MIN_LENGTH or lengths.max() > MAX_LENGTH:
+        return True
+    u = m / lengths[:, None]
+    cos = [abs(float(u[i] @ u[j])) for i, j in ((0, 1), (0, 2), (1, 2))]
+    return max(cos) > MAX_ABS_COS or abs(float(np.linalg.det(u))) < 0.05
+
+
 def evaluate(structure, requested_sg: int, claimed_sg: int | None) -> dict[str, Any]:
     """One report row (without ids)."""
     # invariance is a property of the fractional coordinates: checked even when the lattice is degenerate
     inv = bool(R.invariant_under_group(structure, claimed_sg, 1e-4)) if structure is not None and claimed_sg \
         else False
-    if structure is not None and not (np.all(np.isfinite(structure.lattice.matrix))
-                                      and abs(structure.volume) > 1e-6):
-        structure = None
+    n_atoms = len(structure) if structure is not None else 0
+    if structure is not None and degenerate_lattice(structure.lattice.matrix):
+        structure = None  # not a usable crystal; spglib and the distance search are not run on it
     if structure is None:
         return {"requested_space_group": requested_sg, "detected_space_group": 0, "space_group_match": False,
+                "requested_ops_found": False,
                 "structurally_valid": False, "compositionally_valid": False, "valid": False, "invariant": inv,
-                "n_atoms": 0, "formula": "", "volume": 0.0, "density": 0.0, "min_distance": 0.0, "n_elements": 0,
+                "n_atoms": n_atoms, "formula": "", "volume": 0.0, "density": 0.0, "min_distance": 0.0, "n_elements": 0,
                 "failed": True}
     vol = float(structure.volume)
     if len(structure) > 1:
@@ -236,8 +256,12 @@ def evaluate(structure, requested_sg: int, claimed_sg: int | None) -> dict[str, 
     except Exception:  # spglib rejects some degenerate cells (atoms on top of each other)
         detected = 0
     comp_ok = smact_valid(comp)
+    try:
+        confirmed = bool(detected) and R.spglib_has_group_ops(structure, requested_sg, SYMPREC)
+    except Exception:  # spglib rejects some degenerate cells
+        confirmed = False
     return {"requested_space_group": int(requested_sg), "detected_space_group": int(detected),
-            "space_group_match": bool(detected == requested_sg), "structurally_valid": struct_ok,
+            "space_group_match": bool(detected == requested_sg), "requested_ops_found": confirmed, "structurally_valid": struct_ok,
             "compositionally_valid": bool(comp_ok), "valid": bool(struct_ok and comp_ok), "invariant": bool(inv),
             "n_atoms": len(structure), "formula": structure.composition.reduced_formula, "volume": vol,
             "density": float(structure.density), "min_distance": md, "n_elements": len(comp), "failed": False}
@@ -288,6 +312,7 @@ def summarize(rows: list[dict[str, Any]], reference: dict[str, Any], seconds: fl
         "n_requested": requested, "n_generated": n, "structural_validity": rate("structurally_valid"),
         "compositional_validity": rate("compositionally_valid"), "validity": rate("valid"),
         "space_group_match_rate": rate("space_group_match"), "invariant_rate": rate("invariant"),
+        "requested_ops_found_rate": rate("requested_ops_found"),
         "space_group_jsd": jsd(det, ref),
         "density_wasserstein": float(wasserstein_distance(dens, reference["density"])) if dens else None,
         "n_elements_wasserstein": float(wasserstein_distance(nel, reference["n_elements"])) if nel else None,

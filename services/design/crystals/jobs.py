@@ -90,8 +90,8 @@ class Training:
         out["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.net.parameters(), 10.0)
         self.opt.step()
-        self.losses.append(float(out["loss"]))
-        return {k: float(v) for k, v in out.items()}
+        self.losses.append(float(out["loss"].detach()))
+        return {k: float(v.detach()) for k, v in out.items()}
 
     def state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "losses": list(self.losses)}

@@ -332,6 +332,26 @@ def spacegroup_of(structure, symprec: float = 0.1) -> int | None:
     return None if ds is None else int(ds.number)
 
 
+def spglib_has_group_ops(structure, sg: int, symprec: float = 0.1) -> bool:
+    """Whether spglib (at symprec) finds every operation of space group sg among the crystal's symmetry operations
+    in its own cell: the requested symmetry is confirmed even where spglib reports a supergroup."""
+    import spglib  # noqa: PLC0415
+
+    cell = (np.asarray(structure.lattice.matrix), np.asarray(structure.frac_coords),
+            [site.specie.Z for site in structure])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = spglib.get_symmetry(cell, symprec=symprec)
+    if not found:
+        return False
+    rots, trans = np.asarray(found["rotations"]), np.asarray(found["translations"])
+    for r, t in zip(*general_ops(sg)):
+        same = np.all(np.abs(rots - np.round(r)[None]) < 1e-6, axis=(1, 2))
+        if not np.any(same & (np.linalg.norm(_wrap(trans - t[None]), axis=1) < 1e-2)):
+            return False
+    return True
+
+
 def invariant_under_group(structure, sg: int, tol: float = 1e-4) -> bool:
     """Whether every operation of the space group maps the crystal onto itself (same species at the image)."""
     rot, trans = general_ops(sg)

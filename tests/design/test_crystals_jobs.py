@@ -1,0 +1,228 @@
+"""SymmCD's jobs on InMemoryJobContext: the diffusion pieces (wrapped-normal score, discrete posterior, masked
+lattice noise), training with checkpoint/resume, generation (symmetry by construction, spglib's verdict, atom-count
+ranges, composition hints), learning against the untrained model, the baselines, bad input, resume of a killed
+generation job."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from services.common.errors import Cancelled, InvalidArgument
+from services.common.jobcontext import InMemoryJobContext
+from services.design.crystals import generate as G
+from services.design.crystals import jobs as J
+from services.design.crystals import model as M
+
+SMALL = {"timesteps": 100, "hidden": 32, "layers": 2, "lr": 2e-3, "batch_size": 32}
+
+warnings.filterwarnings("ignore", module="pymatgen|pyxtal|spglib")
+
+
+def _ctx(params, kind, like=None):
+    c = InMemoryJobContext(dict(params), kind=kind)
+    if like is not None:
+        c.artifacts, c.models = like.artifacts, like.models
+    return c
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    torch.set_num_threads(1)
+    ctx = _ctx({"builtin": True, "n_random": 75, "include_shipped": False, "seed": 0}, "design.crystals.import")
+    res = J.run_import(ctx)
+    return ctx, res
+
+
+@pytest.fixture(scope="module")
+def trained(dataset):
+    ctx, res = dataset
+    tc = _ctx({"dataset_artifact_id": res["dataset_artifact_id"], "steps": 400, "checkpoint_every": 100, **SMALL},
+              "design.crystals.train", ctx)
+    out = J.run_training(tc)
+    return tc, out
+
+
+def _generate(like, model_version_id, **params):
+    g = _ctx({"model_version_id": model_version_id, **params}, "design.crystals.generate", like)
+    return g, J.run_generation(g)
+
+
+def test_wrapped_normal_score_matches_autograd_and_the_sigma_norm():
+    x = torch.linspace(-0.6, 0.6, 41, dtype=torch.float64, requires_grad=True)
+    sigma = torch.tensor(0.3, dtype=torch.float64)
+    logp = torch.log(M.wrapped_normal_p(x, sigma.expand_as(x)))
+    (grad,) = torch.autograd.grad(logp.sum(), x)
+    assert torch.allclose(M.d_log_p_wrapped_normal(x.detach(), sigma.expand_as(x)), -grad, atol=1e-10)
+    s = M.Schedules(M.ModelConfig(timesteps=50))
+    assert s.sigmas[1] == pytest.approx(0.005) and s.sigmas[-1] == pytest.approx(0.5)
+    # for small sigma the wrapped normal is a normal: E|d log p|^2 = 1 / sigma^2
+    assert float(s.sigmas_norm[1]) == pytest.approx(1 / 0.005 ** 2, rel=0.05)
+    assert torch.all(s.alphas_cumprod[1:] < 1) and s.alphas_cumprod[-1] < 1e-3
+
+
+def test_discrete_posterior_is_the_bayes_posterior():
+    m = M.build(M.ModelConfig(timesteps=20))
+    K = 5
+    prior = torch.tensor([0.1, 0.2, 0.3, 0.15, 0.25])
+    g = torch.Generator().manual_seed(0)
+    for t in (2, 7, 20):
+        s = m.sched
+        a, ac_t, ac_s = s.alphas[t], s.alphas_cumprod[t], s.alphas_cumprod[t - 1]
+        Qt = a * torch.eye(K) + (1 - a) * prior.expand(K, K)
+        Qs = ac_s * torch.eye(K) + (1 - ac_s) * prior.expand(K, K)
+        Qtb = ac_t * torch.eye(K) + (1 - ac_t) * prior.expand(K, K)
+        p0 = torch.softmax(torch.randn(K, generator=g), 0)
+        for zt in range(K):
+            z = torch.nn.functional.one_hot(torch.tensor(zt), K).float()
+            # brute force: sum_x0 p0(x0) q(z_s | z_t, x0), q(z_s | z_t, x0) = Qt[z_s, z_t] Qs[x0, z_s] / Qtb[x0, z_t]
+            want = torch.zeros(K)
+            for x0 in range(K):
+                post = Qt[:, zt] * Qs[x0] / Qtb[x0, zt]
+                want += p0[x0] * post / post.sum()
+            got = m._posterior(z, p0, prior, t)
+            assert torch.allclose(got, want / want.sum(), atol=1e-5)
+
+
+def test_training_learns_resumes_and_registers(dataset):
+    ctx, res = dataset
+    params = {"dataset_artifact_id": res["dataset_artifact_id"], "steps": 12, "checkpoint_every": 4, **SMALL}
+    straight = _ctx(params, "design.crystals.train", ctx)
+    out = J.run_training(straight)
+    killed = _ctx(params, "design.crystals.train", ctx)
+    killed.cancel_after_progress = 6  # the worker dies after step 6 (checkpoint at 4)
+    with pytest.raises(Cancelled):
+        J.run_training(killed)
+    killed.cancel_after_progress = None
+    resumed = J.run_training(killed)
+    a = straight.models[out["model_version_id"]][1]
+    b = killed.models[resumed["model_version_id"]][1]
+    assert set(a) == set(b)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], msg=k)
+    losses = [e[2]["loss"] for e in killed.events if "loss" in e[2]]
+    assert len(losses) == 6 + (12 - 4)  # steps 5 and 6 ran twice, nothing else
+    info, _, config, lineage = straight.models[out["model_version_id"]]
+    assert info.version is None and config["format"] == J.MODEL_FORMAT
+    assert lineage["dataset_artifact_id"] == res["dataset_artifact_id"]
+
+
+def test_generated_crystals_have_their_group_by_construction(trained, dataset):
+    tc, out = trained
+    g, res = _generate(tc, out["model_version_id"], n=32, batch_size=16, max_atoms=32, seed=1)
+    rows = res["rows"]
+    assert len(rows) == 32
+    assert all(r["invariant"] for r in rows)  # every crystal is invariant under its group's operations
+    match = np.mean([r["space_group_match"] for r in rows])
+    valid = [r for r in rows if r["structurally_valid"]]
+    print(f"\nspglib (symprec 0.1) detects the requested group for {match:.0%} of all crystals; "
+          f"summary {res['summary']}")
+    # spglib itself finds every operation of the requested group in each structurally valid crystal (it may report
+    # a supergroup: e.g. one element on the special positions of Fm-3m is simple cubic)
+    assert len(valid) >= 8
+    assert np.mean([r["requested_ops_found"] for r in valid]) >= 0.9
+    assert all(1 <= r["n_atoms"] <= 32 for r in rows)
+    # one CIF artifact per crystal and one report, written at the end
+    cifs = [a for a in g.artifacts.values() if a[2] == J.CIF_CONTENT_TYPE]
+    assert len(cifs) == 32 and len({r["cif_artifact_id"] for r in rows}) == 32
+    assert any(a[2] == J.REPORT_CONTENT_TYPE for a in g.artifacts.values())
+
+
+def test_requested_groups_ranges_and_composition_hints(trained):
+    tc, out = trained
+    _, res = _generate(tc, out["model_version_id"], n=8, batch_size=8, space_groups={225: 1.0, 62: 1.0},
+                       min_atoms=4, max_atoms=24, composition_hints=["Mg", "O"], seed=2)
+    rows = res["rows"]
+    assert rows and all(r["requested_space_group"] in (225, 62) for r in rows)
+    assert all(4 <= r["n_atoms"] <= 24 for r in rows)
+    assert all(set(re.findall("[A-Z][a-z]?", r["formula"])) <= {"Mg", "O"} for r in rows)
+    assert all(r["invariant"] for r in rows)
+
+
+def test_training_lowers_divergence_and_density_distance_vs_untrained(trained, dataset):
+    tc, out = trained
+    ctx, data = dataset
+    tensors, config = tc.load_model(out["model_version_id"])
+    trained_model = M.load(tensors, config)
+    untrained = M.build(trained_model.cfg, seed=0)  # no data seen: random denoiser, uniform priors
+    hist = {int(k): float(v) for k, v in enumerate(trained_model.sg_dist.tolist()) if v > 0}
+    ref = G.reference_stats(J.read_dataset(ctx, data["dataset_artifact_id"], "d").subset("train"))
+    req = G.Request(hist, 1, 32)
+    summaries = {}
+    for name, model in (("untrained", untrained), ("trained", trained_model)):
+        made = G.sample_symmcd(model, req, 24, seed=3)
+        rows = [G.evaluate(s, info["requested_sg"], rep.space_group) for rep, s, info in made]
+        summaries[name] = G.summarize(rows, ref, 1.0, 24)
+    u, t = summaries["untrained"], summaries["trained"]
+    print(f"\nuntrained {u}\ntrained {t}")
+    assert t["space_group_jsd"] < u["space_group_jsd"]
+    # no usable cell at all from the untrained model is an infinite distance
+    assert t["density_wasserstein"] is not None
+    assert u["density_wasserstein"] is None or t["density_wasserstein"] < 0.5 * u["density_wasserstein"]
+    assert t["structural_validity"] > u["structural_validity"]
+
+
+def test_baselines_share_the_report_format(trained, dataset):
+    ctx, data = dataset
+    tc, out = trained
+    p1 = _ctx({"dataset_artifact_id": data["dataset_artifact_id"], "steps": 30, "symmetric": False,
+               "model_name": "symmcd-p1", **SMALL}, "design.crystals.train", ctx)
+    p1_out = J.run_training(p1)
+    _, p1_res = _generate(p1, p1_out["model_version_id"], n=4, batch_size=4, space_groups={225: 1.0},
+                          max_atoms=16)
+    rnd = _ctx({"method": "pyxtal_random", "reference_dataset_artifact_id": data["dataset_artifact_id"], "n": 4,
+                "space_groups": {225: 1.0}, "max_atoms": 16}, "design.crystals.generate", ctx)
+    rnd_res = J.run_generation(rnd)
+    assert p1_res["summary"]["method"] == "p1" and rnd_res["summary"]["method"] == "pyxtal_random"
+    assert set(p1_res["summary"]) == set(rnd_res["summary"])
+    assert set(p1_res["rows"][0]) - {"wyckoff"} == set(rnd_res["rows"][0]) - {"wyckoff"}
+    assert all(r["wyckoff"] == ["1a"] * len(r["wyckoff"]) for r in p1_res["rows"])  # P1: general positions only
+    assert rnd_res["summary"]["space_group_match_rate"] >= 0.5  # pyxtal builds in the group too
+
+
+@pytest.mark.parametrize("params,field", [
+    ({"space_groups": {231: 1.0}}, "params.space_groups"),
+    ({"space_groups": {0: 1.0}}, "params.space_groups"),
+    ({"space_groups": {225: 1.0}, "min_atoms": 1, "max_atoms": 3}, "atom_count_range"),
+    ({"composition_hints": ["Xx"]}, "params.composition_hints"),
+    ({"n": 0}, "params.n"),
+])
+def test_bad_generation_input_names_the_field(trained, params, field):
+    tc, out = trained
+    with pytest.raises(InvalidArgument) as e:
+        _generate(tc, out["model_version_id"], **params)
+    assert e.value.violations[0].field == field
+
+
+def test_malformed_cif_import_fails_naming_the_file_and_stores_nothing():
+    ctx = InMemoryJobContext({}, kind="design.crystals.import")
+    good = ctx.add_artifact(b"data_x\n", "x.cif")
+    bad = ctx.add_artifact(b"not a cif at all", "broken.cif")
+    ctx.params = {"artifact_ids": [good, bad]}
+    before = len(ctx.artifacts)
+    with pytest.raises(InvalidArgument) as e:
+        J.run_import(ctx)
+    assert {v.field for v in e.value.violations} == {"artifact_ids[0]", "artifact_ids[1]"}
+    assert len(ctx.artifacts) == before
+
+
+def test_killed_generation_job_resumes_and_writes_each_crystal_once(trained):
+    tc, out = trained
+    params = {"model_version_id": out["model_version_id"], "n": 6, "batch_size": 2, "seed": 5, "max_atoms": 24}
+    straight, res = _generate(tc, **params)
+    killed = _ctx(params, "design.crystals.generate", tc)
+    killed.artifacts = dict(tc.artifacts)  # its own store: count only what this job writes
+    before = set(killed.artifacts)
+    killed.cancel_after_progress = 2  # dies after two of three batches
+    with pytest.raises(Cancelled):
+        J.run_generation(killed)
+    assert set(killed.artifacts) == before  # nothing written before the end
+    killed.cancel_after_progress = None
+    again = J.run_generation(killed)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "cif_artifact_id"} for r in rows]  # noqa: E731
+    assert strip(again["rows"]) == strip(res["rows"])  # the same crystals as an uninterrupted run
+    new = [killed.artifacts[k] for k in set(killed.artifacts) - before]
+    assert len([a for a in new if a[2] == J.CIF_CONTENT_TYPE]) == 6 and len(new) == 7  # 6 CIFs + the report
