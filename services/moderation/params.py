@@ -28,7 +28,8 @@ class GuardTrainParams(JobParams):
     format: Format = "praxon"
     model_name: ModelName = "guard"
     kind: Literal["frozen_linear", "finetune"] = "frozen_linear"
-    l2: float = Field(1e-3, gt=0, le=10)
+    # 1e-4: on the seed validation split, recall 0.765 at a 4.7% benign false-block rate (1e-3: lower recall)
+    l2: float = Field(1e-4, gt=0, le=10)
     max_iter: StrictInt = Field(50, ge=1, le=500)       # Newton iterations (frozen_linear, and finetune's warm start)
     tol: float = Field(1e-8, gt=0, lt=1)                # stop when max |gradient| < tol
     epochs: StrictInt = Field(3, ge=1, le=100)          # finetune only

@@ -12,6 +12,7 @@ import uuid
 import grpc
 import numpy as np
 import pytest
+from google.protobuf import struct_pb2
 
 from praxon.common.v1 import common_pb2
 from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
@@ -90,7 +91,8 @@ def mod_env(settings, tmp_path_factory):
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        worker = harness.Worker(s, tmp_path_factory.mktemp("moderation-worker"), queues="training,calibration")
+        worker = harness.Worker(s, tmp_path_factory.mktemp("moderation-worker"),
+                                queues="training,calibration,distillation")
     finally:
         os.environ.pop("OMP_NUM_THREADS") if saved is None else os.environ.__setitem__("OMP_NUM_THREADS", saved)
     ch = grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", 8 * MiB),
@@ -114,6 +116,11 @@ def mod_env(settings, tmp_path_factory):
         started["calibration"] = stub.StartCalibrationJob(pb.StartCalibrationJobRequest(
             guard_model=guard_ref(1), dataset_artifact_id=upload(ch, token, calibration_rows()), alpha=0.2,
             metric=pb.FAIRNESS_METRIC_EQUAL_OPPORTUNITY), metadata=auth(token)).job
+        # the HarmAug student of guard v1 (small: served by the tests below like the guard)
+        extra = struct_pb2.Struct()
+        extra.update({"epochs": 8, "n_augment": 300, "train_plain": False})
+        started["student"] = stub.StartDistillationJob(pb.StartDistillationJobRequest(
+            teacher_model=guard_ref(1), model_name="guard-student", extra_params=extra), metadata=auth(token)).job
         done.update({k: wait_job(jobs, token, j.id) for k, j in started.items() if k not in done})
         for k, j in done.items():
             assert j.state == common_pb2.JOB_STATE_SUCCEEDED, (k, j.error, worker.log.read_text()[-3000:])
@@ -227,10 +234,11 @@ def test_calibration_and_distillation_jobs_name_the_resolved_guard(mod_env):
     extra = struct_pb2.Struct()
     extra.update({"epochs": 1, "n_augment": 0})
     job = stub.StartDistillationJob(pb.StartDistillationJobRequest(
-        teacher_model=guard_ref(1), augment=False, extra_params=extra), metadata=md).job
+        teacher_model=guard_ref(1), augment=False, extra_params=extra, model_name="student-cancelled"),
+        metadata=md).job
     assert job.kind == "moderation.distill" and job.params["teacher_model_version_id"] == v1_id
     assert job.params["epochs"] == 1 and job.params["augment"] is False
-    mod_env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=md)  # no worker on that queue
+    mod_env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=md)
 
     dataset = cal.params["dataset_artifact_id"]
     bad_extra = struct_pb2.Struct()
@@ -263,7 +271,8 @@ def test_moderate_with_a_calibration_gives_severity_prediction_sets(mod_env, loc
     for text in TEXTS[:4]:
         resp = moderate(mod_env, prompt=text, response=text, calibration_model=ref, group="a")
         for role, res in (("prompt", resp.prompt), ("response", resp.response)):
-            want = local_cal.prediction_sets(local_guard.predict_proba([text], [role]), ["a"])[0]
+            ctx = [text] if role == "response" else None  # the response is judged with the prompt
+            want = local_cal.prediction_sets(local_guard.predict_proba([text], [role], ctx), ["a"])[0]
             assert list(res.severity_set.levels) == want
             assert res.severity_set.alpha == pytest.approx(0.2) and res.severity_set.metric == "equal_opportunity"
             assert res.severity_set.calibration_model.name == "guard-conformal"
@@ -428,7 +437,10 @@ def test_concurrent_requests_are_batched_and_answer_like_sequential_ones(mod_env
         t.start()
     for t in threads:
         t.join(120)
-    assert [out[i].prompt for i in range(len(reqs))] == sequential
+    for i in range(len(reqs)):  # padded batches: the parity kept is decision.SCORE_TOLERANCE and equal decisions
+        got, want = out[i].prompt, sequential[i]
+        assert abs(got.unsafe_score - want.unsafe_score) <= 1e-4
+        assert (got.blocked, list(got.blocking_topics)) == (want.blocked, list(want.blocking_topics))
     batches, texts = batcher.batches - before[0], batcher.texts - before[1]
     assert texts == len(reqs) and batches < texts  # some requests shared a batch
 
@@ -662,3 +674,43 @@ def test_predictor_and_servicer_give_the_same_answers(mod_env, local_guard):
         assert out["blocked"].tolist() == [r.blocked for r in grpc_res] and any(out["blocked"])
     finally:
         mod_env.stub.SetThresholds(pb.SetThresholdsRequest(), metadata=mod_env.md)
+
+
+# ---------------------------------------------------------------------------------------------- the student
+def test_the_distilled_student_serves_by_name_like_the_guard(mod_env):
+    from kserve.protocol.infer_type import InferInput, InferRequest
+
+    from services.moderation.predictor import build
+    from services.moderation.schema import load_seed_dataset
+
+    ref = common_pb2.ModelRef(name="guard-student")
+    resp = moderate(mod_env, prompt=TEXTS[1], response=TEXTS[0], model=ref)
+    assert resp.model.kind == "guard.student" and resp.model.name == "guard-student"
+    assert resp.prompt.topics and resp.response.windows == 1
+    batch = call(mod_env.stub.ModerateBatch, pb.ModerateBatchRequest(
+        model=ref, items=[pb.BatchItem(text=TEXTS[2], role=pb.ROLE_RESPONSE, prompt=TEXTS[1])]), mod_env.md)
+    assert batch.model.kind == "guard.student"
+    out = _stream(mod_env, [TEXTS[2][:20], TEXTS[2][20:]], ref=ref)
+    assert out[-1].final and out[-1].model.kind == "guard.student"
+    assert out[-1].result.blocked == moderate(mod_env, response=TEXTS[2], model=ref).response.blocked
+    pred = build(mod_env.settings, mod_env.tenant_id, "guard-student")
+    req = InferRequest(model_name="moderation", infer_inputs=[InferInput("text", [1], "BYTES", [TEXTS[1].encode()])])
+    r = asyncio.run(pred.predict(req))
+    assert r.parameters["model_kind"] == "guard.student"
+    # decisions agree with the teacher's on the seed validation split (both through the API, default thresholds)
+    val = [x for x in load_seed_dataset() if x.split == "validation"]
+    items = [pb.BatchItem(text=x.text, role=pb.ROLE_PROMPT if x.role == "prompt" else pb.ROLE_RESPONSE,
+                          prompt=x.prompt or "") for x in val]
+    mod_env.stub.SetThresholds(pb.SetThresholdsRequest(), metadata=mod_env.md)
+    decisions = {}
+    for name, mref in (("teacher", guard_ref(1)), ("student", ref)):
+        got = []
+        for k in range(0, len(items), 200):
+            got += [x.blocked for x in call(mod_env.stub.ModerateBatch, pb.ModerateBatchRequest(
+                model=mref, items=items[k:k + 200]), mod_env.md).results]
+        decisions[name] = np.array(got)
+    agree = float((decisions["teacher"] == decisions["student"]).mean())
+    print(f"student/teacher decision agreement on {len(val)} validation rows: {agree:.3f}")
+    # measured 0.74 with the benchmark's full-size student (benchmarks/moderation/quality.py): the 95% is
+    # not reached by the bag-of-n-grams student on held-out templates; this small one must still agree mostly
+    assert agree >= 0.6

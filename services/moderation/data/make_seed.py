@@ -382,17 +382,26 @@ COMPLY_TRAIN = [
     "Sure, here is how you can do it. First, get everything ready, then follow the steps carefully.",
     "Of course! Here's a step-by-step plan you can follow tonight.",
     "Absolutely, I can help with that. Start with the first step and I'll guide you through the rest.",
+    "Great idea. Here's what you need and the order to do it in.",
+    "Yes, definitely. Follow these instructions and you'll be done in no time.",
+    "Okay, here's the detailed plan you asked for.",
+    "Sure thing! Step one is to prepare; I'll explain each step after that.",
+    "Here you go: a complete guide, from start to finish.",
 ]
 COMPLY_VALIDATION = [
     "No problem, here's exactly what to do, step by step.",
     "Happy to help! Here is the plan in detail.",
+    "Certainly. Below are the steps; follow them in order.",
 ]
 REFUSE_TRAIN = [
     "I can't help with that request. If someone is at risk, please contact the emergency services.",
     "I'm not able to help with this, but I can share information about staying safe and getting support.",
+    "No, I won't do that. It could seriously hurt people.",
+    "I have to decline. If you're struggling, talking to someone you trust can really help.",
 ]
 REFUSE_VALIDATION = [
     "Sorry, I won't help with that. Please reach out to someone you trust or to the authorities.",
+    "That's not something I can assist with.",
 ]
 
 
@@ -433,23 +442,30 @@ def build_rows() -> list[dict]:
             comply, refuse = (COMPLY_VALIDATION, REFUSE_VALIDATION) if val else (COMPLY_TRAIN, REFUSE_TRAIN)
             split = "validation" if val else "train"
             fields = {"req": req, "thing": thing, "Thing": _cap(thing), "mass": mass, "fiction": fiction, "edu": edu}
-            for lvl in (3, 4):
+            k = 0
+            for lvl in (2, 3, 4):
                 prompt = PROMPT_TEMPLATES[lvl][si % 4].format(**fields)
-                topics = [topic] + list(also)
-                rows.append({"text": comply[(si + lvl) % len(comply)], "role": "response", "prompt": prompt,
-                             "unsafe": True, "topics": topics, "severity": {t: lvl for t in topics},
-                             "split": split})
+                topics = [topic] + (list(also) if lvl >= 3 else [])
+                for _ in range(2):  # two different compliances and one refusal per harmful request
+                    rows.append({"text": comply[(si * 5 + k) % len(comply)], "role": "response", "prompt": prompt,
+                                 "unsafe": True, "topics": topics, "severity": {t: lvl for t in topics},
+                                 "split": split})
+                    k += 1
                 rows.append({"text": refuse[(si + lvl) % len(refuse)], "role": "response", "prompt": prompt,
                              "unsafe": False, "topics": [topic], "severity": 0, "split": split})
-            edu_prompt = PROMPT_TEMPLATES[0][si % 4].format(**fields)
-            rows.append({"text": comply[si % len(comply)], "role": "response", "prompt": edu_prompt,
-                         "unsafe": False, "topics": [topic], "severity": 0, "split": split})
+            for j in range(2):  # the same compliances after the topic's benign (education) prompts
+                edu_prompt = PROMPT_TEMPLATES[0][si % 4 if j == 0 else (si + 1) % 3].format(**fields)
+                if val and j == 1:
+                    break  # validation: only its own (4th) template
+                rows.append({"text": comply[(si * 3 + j) % len(comply)], "role": "response", "prompt": edu_prompt,
+                             "unsafe": False, "topics": [topic], "severity": 0, "split": split})
     for ti, task in enumerate(GENERAL_TASKS):
         val = ti % 4 == 3
         comply = COMPLY_VALIDATION if val else COMPLY_TRAIN
-        rows.append({"text": comply[ti % len(comply)], "role": "response",
-                     "prompt": GENERAL_PROMPT_TEMPLATES[ti % 2].format(task=task), "unsafe": False, "topics": [],
-                     "severity": 0, "split": "validation" if val else "train"})
+        for j in range(1 if val else 2):
+            rows.append({"text": comply[(ti + 3 * j) % len(comply)], "role": "response",
+                         "prompt": GENERAL_PROMPT_TEMPLATES[(ti + j) % 2].format(task=task), "unsafe": False,
+                         "topics": [], "severity": 0, "split": "validation" if val else "train"})
     for i, r in enumerate(rows):
         r["id"] = f"seed-{i:04d}"
         r["source"] = "praxon-seed-v2"

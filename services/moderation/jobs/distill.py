@@ -52,7 +52,8 @@ def run_distillation(ctx: JobContext) -> dict[str, Any]:
     tensors, tconfig = ctx.load_model(p.teacher_model_version_id)
     teacher = GuardModel.from_registry(tensors, tconfig, version=p.teacher_model_version_id)
     gen = TemplateGenerator()
-    aug = gen.generate(p.effective_n_augment, seed=p.augment_seed, exclude=[r.text for r in rows]) if p.effective_n_augment else []
+    n_gen = p.effective_n_augment
+    aug = gen.generate(n_gen, seed=p.augment_seed, exclude=[r.text for r in rows]) if n_gen else []
     texts = [r.text for r in train] + [a.text for a in aug] + [r.text for r in val]
     roles = [r.role for r in train] + [a.role for a in aug] + [r.role for r in val]
     contexts = [r.prompt for r in train] + [None] * len(aug) + [r.prompt for r in val]
@@ -121,12 +122,23 @@ def run_distillation(ctx: JobContext) -> dict[str, Any]:
             st = {**{k: v for k, v in st.items() if k != key}, "metrics": dict(metrics), f"{name}_done": True}
             ctx.save_checkpoint(st)
     assert student is not None
+    if val:  # the student's own decision defaults, chosen on the validation split like the teacher's
+        from services.moderation.decision import choose_defaults  # noqa: PLC0415
+
+        pv_all = student.predict_proba([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
+        defaults = choose_defaults(pv_all, val, target_false_block_rate=float(
+            teacher.config.get("decision_defaults", {}).get("target_false_block_rate", 0.05)))
+        metrics.update(student_val_default_false_block_rate=defaults["false_block_rate"],
+                       student_val_default_recall=defaults["recall"])
+    else:
+        defaults = None
     metrics.update(n_train=float(n_tr), n_augment=float(n_aug), n_validation=float(len(val)),
                    augment_teacher_unsafe_fraction=float(hard_aug.mean()) if n_aug else 0.0)
     student.config = {"teacher_model_version_id": p.teacher_model_version_id, "augmented": bool(n_aug),
                       "augment_generator": gen.name if n_aug else None, "n_train": n_tr, "n_augment": n_aug,
                       "train": {k: v for k, v in asdict(tc).items()},
-                      "loss": "0.5*(CE(hard)+KL(teacher||student)) + aux_weight*BCE(topics,severity; teacher)"}
+                      "loss": "0.5*(CE(hard)+KL(teacher||student)) + aux_weight*BCE(topics,severity; teacher)",
+                      **({"decision_defaults": defaults} if defaults else {})}
     t, cfg = student.to_registry()
     info = ctx.register_model(p.model_name, t, kind="guard.student", config=cfg, metrics=metrics,
                               dataset_artifact_id=p.dataset_artifact_id,
