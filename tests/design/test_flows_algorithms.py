@@ -3,7 +3,6 @@ in shared/algorithms/design.md (zero control = the plain sampler, adjoint = auto
 while on support, lambda orders deviation and gain, SO(3) iterates stay rotations, EFM matches the tilted target)."""
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch
 from services.design.flows import geometry as so3
 from services.design.flows import guidance as G
 from services.design.flows import training as T
-from services.design.flows.mixture import Mixture, builtin_gmm2d
+from services.design.flows.mixture import builtin_gmm2d
 from services.design.flows.models import AnalyticGMMFlow, SO3VelocityMLP, VelocityMLP
 from services.design.flows.rewards import Reward, Term
 
@@ -159,7 +158,7 @@ def test_larger_lambda_gives_smaller_deviation_and_smaller_gain():
         guide, reward = _guide(flow, z0, lam=lam, iterations=25)
         x = guide.samples()
         rows.append(((x - plain).norm(dim=1).mean().item(), (reward(x) - reward(plain)).mean().item()))
-    devs, gains = zip(*rows)
+    devs, gains = zip(*rows, strict=True)
     assert devs[0] > devs[1] > devs[2] > 0 and gains[0] > gains[1] > gains[2] > 0
 
 

@@ -107,18 +107,13 @@ def test_predictor_reward_and_efm_flow():
                              kind="design.flows.train_predictor")
     pred = run_train_predictor(ctx)
     assert pred["train_r2"] > 0.9 and ctx.models[pred["model_version_id"]][3]["kind"] == "design.flows.predictor"
-    _, _, _, _ = ctx.models[pred["model_version_id"]]
-    ring = run_train_flow(InMemoryJobContext(params={"name": "ring", "method": "analytic", "builtin": "gmm2d"}))
-    flow_ctx = InMemoryJobContext(params={})
-    flow_ctx.models.update(ctx.models)
     ctx2 = InMemoryJobContext(params={"name": "ring", "method": "analytic", "builtin": "gmm2d"})
     res = run_train_flow(ctx2)
-    ctx2.models.update(ctx.models)
+    ctx2.models.update(ctx.models)  # the predictor, registered by the other job
     out = _sample(ctx2, res["model_version_id"], "euclidean", 2,
                   reward=[{"kind": "predictor", "predictor_version_id": pred["model_version_id"], "weight": 1.0}],
                   control_cost=0.1, steps=10, iterations=5, num_samples=64, learning_rate=0.2)
     assert out["reward_after"] > out["reward_before"] + 0.5  # the predicted first coordinate rises
-    del ring, flow_ctx
     ectx, efm = _train({"name": "ring-efm", "method": "efm", "builtin": "gmm2d", "energy_center": [4.0, 0.0],
                         "beta": 0.5, "steps": 5, "hidden": 16, "layers": 1, "num_data": 64})
     cfg = ectx.models[efm["model_version_id"]][2]

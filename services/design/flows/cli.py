@@ -96,7 +96,7 @@ def print_sampling(result: dict, out=None) -> None:
       f"{result['reward_after']:.4g}; on support {result['on_support_before']:.3f} -> "
       f"{result['on_support_after']:.3f}; mean deviation {result['deviation']:.4g}\n")
     per = result.get("per_iteration", {})
-    for i, (r, s) in enumerate(zip(per.get("reward", []), per.get("on_support", []))):
+    for i, (r, s) in enumerate(zip(per.get("reward", []), per.get("on_support", []), strict=False)):
         w(f"  iteration {i:3d}: reward {r:10.4g}  on support {s:.3f}\n")
     w(f"  samples: artifact {result['samples_artifact_id']}"
       + (f"; plot: artifact {result['plot_artifact_id']}" if result.get("plot_artifact_id") else "") + "\n")

@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.errors import InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
 from services.common.registry import SAFETENSORS
@@ -333,10 +333,10 @@ class GuidedSampling:
 
 
 def scatter_png(before: torch.Tensor, after: torch.Tensor, title: str) -> bytes:
-    import matplotlib  # noqa: PLC0415 - only when a 2-D job finishes
+    import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 4))
     for i, (x, name) in enumerate([(before, "unguided"), (after, title)]):
@@ -356,5 +356,3 @@ def run_sampling(ctx: JobContext) -> dict:
     return run_steps(ctx, GuidedSampling(p), checkpoint_every=1,
                      message=lambda done, total: f"iteration {done}/{total}")
 
-
-__all__ = ["run_train_flow", "run_train_predictor", "run_sampling", "FailedPrecondition"]
