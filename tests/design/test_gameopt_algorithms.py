@@ -93,7 +93,7 @@ def campaigns(draw):
     return SequenceSpace(alphabet, L, allowed, parents, max_edits, forbidden)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(space=campaigns(), solver=st.sampled_from(["hedge", "best_response"]), seed=st.integers(0, 1000),
        n_obs=st.integers(0, 12))
 def test_no_suggestion_ever_violates_the_constraints(space, solver, seed, n_obs):
