@@ -151,3 +151,14 @@ def test_dataset_artifacts_train_flows_and_bad_parameters_name_their_field():
         with pytest.raises(InvalidArgument) as err:
             fn(c)
         assert err.value.violations[0].field == field, (params, err.value.violations)
+
+
+def test_point_cloud_flow_trains_and_samples_with_change_of_variables_statistics():
+    ctx, res = _train({"name": "clouds", "builtin": "pointcloud", "steps": 20, "batch_size": 64, "hidden": 32,
+                       "layers": 2, "num_data": 256})
+    assert res["dim"] == 18
+    out = _sample(ctx, res["model_version_id"], "euclidean", 18, reward=[{"kind": "distance", "target": [0.0] * 18}],
+                  control_cost=0.1, steps=6, iterations=2, num_samples=24, learning_rate=0.05)
+    assert 0.9 <= out["on_support_before"] <= 1.0 and 0 <= out["on_support_after"] <= 1
+    assert out["reward_after"] > out["reward_before"] and "plot_artifact_id" not in out
+    assert st_load(ctx.artifacts[out["samples_artifact_id"]][1])["samples"].shape == (24, 18)
