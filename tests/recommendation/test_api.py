@@ -562,8 +562,13 @@ def test_cli_query_and_evaluate(env, capsys, tmp_path):
     assert "fallback: empty history" in capsys.readouterr().out
     main(["recommend", "evaluate", "recommender", "rec-pop", *opts])
     table = capsys.readouterr().out.splitlines()
-    assert "recall@5" in table[0] and [t.split()[0:3] for t in table[2:]] == [
+    assert "recall@10" in table[0] and "m.ndcg@10" in table[0] and [t.split()[0:3] for t in table[2:]] == [
         ["recommender", "v2", "sasrec_ce"], ["recommender", "v1", "preferdiff"], ["rec-pop", "v1", "popularity"]]
+    assert all(t.split()[3] == "user_split" for t in table[2:])
+    main(["recommend", "sweep", "--dataset", env.dataset_id, "--kind", "sasrec_ce", "--grid", "dim=8,16",
+          "--param", "epochs=1", "--param", "batch_size=64", *opts])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if '{"dim"' in ln]
+    assert len(lines) == 2 and sum(ln.startswith(" *") for ln in lines) == 1, lines
     with pytest.raises(SystemExit, match="INVALID_INTERACTIONS"):
         bad = tmp_path / "bad.csv"
         bad.write_text("user,item,timestamp\na,b,1\na,b,1\n")

@@ -21,12 +21,15 @@ import statistics
 import pytest
 
 from services.recommendation.data import build_dataset, synthetic_interactions
-from services.recommendation.training import TrainConfig, train
+from services.recommendation.training import TrainParams, fit
 
 SEEDS = (0, 1, 2)
 SYNTH = dict(n_users=1500, n_items=500, n_clusters=20, successors=5, noise=0.3)
-TRAIN = dict(dim=64, epochs=12, lr=3e-3, patience=100, batch_size=256)
-KINDS = ("popularity", "preferdiff", "dreamrec")
+TRAIN = dict(dim=64, epochs=12, lr=3e-3, patience=100, batch_size=256, train_samples="every_prefix",
+             early_stop_metric="recall@5")
+KIND_PARAMS = {"popularity": {}, "preferdiff": TRAIN, "dreamrec": TRAIN,  # DreamRec: MSE, lam = 1 (its objective)
+               "dreamrec_cos": {**TRAIN, "loss_type": "cosine"}}  # the paper's cosine ablation
+KINDS = ("popularity", "preferdiff", "dreamrec", "dreamrec_cos")
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +42,8 @@ def runs():
         for seed in SEEDS:
             ds = build_dataset(synthetic_interactions(seed=seed, **SYNTH), seed=seed)
             for kind in KINDS:
-                params = {"model_kind": kind, "seed": seed, **(TRAIN if kind != "popularity" else {})}
-                r = train(TrainConfig.from_params(params), ds)
+                params = {"model_kind": kind.removesuffix("_cos"), "seed": seed, **KIND_PARAMS[kind]}
+                r = fit(TrainParams.model_validate(params), ds)
                 out[kind]["ndcg10"].append(r.test_metrics["ndcg@10"])
                 out[kind]["best_epoch"].append(r.best_epoch)
     finally:
