@@ -139,8 +139,8 @@ class CrystalServicer(crystals_pb2_grpc.CrystalServiceServicer):
         params = import_params(request)
 
         def work():
-            for i, aid in enumerate(params["artifact_ids"]):
-                self.app.registry.get_artifact(tenant, aid, f"artifact_ids[{i}]")  # NOT_FOUND now
+            params["artifact_names"] = [self.app.registry.get_artifact(tenant, aid, f"artifact_ids[{i}]")["name"]
+                                        for i, aid in enumerate(params["artifact_ids"])]  # NOT_FOUND now
             return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
         return pb.StartImportCrystalsJobResponse(job=convert.job(await asyncio.to_thread(work)))
 

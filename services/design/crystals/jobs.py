@@ -42,7 +42,8 @@ def run_import(ctx: JobContext) -> dict[str, Any]:
     else:
         blobs = []
         for i, aid in enumerate(p.artifact_ids):
-            blobs.append((f"artifact {i}", ctx.read_artifact(aid)))
+            name = p.artifact_names[i] if i < len(p.artifact_names) else f"artifact {i}"
+            blobs.append((name, ctx.read_artifact(aid)))
         ds = D.import_cifs(blobs, source=f"upload:{ctx.job_id}", check_cancelled=ctx.check_cancelled)
     if not ds.crystals:
         raise InvalidArgument("params", "no usable crystal in the input")

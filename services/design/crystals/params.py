@@ -17,6 +17,7 @@ class ImportParams(JobParams):
     """A tenant's CIF uploads (each a CIF or a zip of CIFs), or the built-in set."""
 
     artifact_ids: list[str] = Field(default_factory=list, max_length=1000)
+    artifact_names: list[str] = Field(default_factory=list, max_length=1000)  # the uploads' names (for reports)
     builtin: bool = False
     n_random: int = Field(240, ge=0, le=5000)
     include_shipped: bool = True
