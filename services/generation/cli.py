@@ -218,8 +218,8 @@ def demo(target) -> None:
         text, _, _ = complete(target, request(q.question, model=model, max_new_tokens=8, stop=(" .",)), stream=True)
         got = (text.split() or [""])[0]
         print(f"  expected {q.answers[0]!r}, got {got!r}: {'right' if got in q.answers else 'wrong'}")
-    examples = corpus.retrieval_set(7, 10, 24)
-    print(f"retrieval: {len(examples)} lookups among 24 records; full cache vs VL-Cache at 10%:")
+    examples = corpus.retrieval_set(7, 10, 8)
+    print(f"retrieval: {len(examples)} lookups among 8 records; full cache vs VL-Cache at 10%:")
     score = {"none": 0, "vl_cache": 0}
     for ex in examples:
         cells = []

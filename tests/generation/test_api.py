@@ -281,3 +281,22 @@ def test_alias_hot_swap(env):
         return harness.call_retrying(env.stub.CountTokens, req, md).model.version == 2
     wait_for(swapped, 60, interval=0.3, what="the alias to be followed")
     assert harness.call_retrying(env.stub.CountTokens, req, md).model.model_type == "llama"
+
+
+def test_cli_complete_streams_what_generate_returns_and_imports_an_upload(env, tmp_path):
+    from services.common.client import Target
+    from services.generation import cli
+
+    target = Target(env.server.address, env.token)
+    out = io.StringIO()
+    model = common_pb2.ModelRef(name="llama-tiny", version=1)
+    req = cli.request("lookup kafo", model=model, max_new_tokens=6)
+    text, reason, cache = cli.complete(target, req, stream=True, out=out)
+    assert text == _gen(env, "lookup kafo", "llama-tiny", max_new_tokens=6).text and out.getvalue() == text + "\n"
+    assert reason in ("FINISH_REASON_LENGTH", "FINISH_REASON_STOP") and cache.full_bytes > 0
+    d = tmp_path / "upload"
+    env.llama.save_pretrained(d)
+    env.tokenizer.save_pretrained(d)
+    m = cli.import_model(target, "cli-import", directory=d, out=out)
+    assert m.name == "cli-import" and m.version == 1 and "registered cli-import v1 (llama" in out.getvalue()
+    target.close()
