@@ -85,9 +85,9 @@ def print_set(cs: pb.CrystalSet, out=None) -> None:
 
 
 def read_artifact(target: Target, artifact_id: str) -> bytes:
-    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc  # noqa: PLC0415
+    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc
 
-    import urllib.request  # noqa: PLC0415
+    import urllib.request
 
     stub = artifacts_pb2_grpc.ArtifactServiceStub(target.channel())
     url = stub.GetArtifact(artifacts_pb2.GetArtifactRequest(artifact_id=artifact_id), metadata=target.metadata).url

@@ -47,7 +47,7 @@ class CrystalDataset:
     skipped: list[dict[str, str]] = field(default_factory=list)
 
     def subset(self, split: str) -> list[R.CrystalRep]:
-        return [c for c, s in zip(self.crystals, self.splits) if s == split]
+        return [c for c, s in zip(self.crystals, self.splits, strict=True) if s == split]
 
     def stats(self) -> dict[str, Any]:
         sgs = sorted({c.space_group for c in self.crystals})
@@ -57,7 +57,7 @@ class CrystalDataset:
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": DATASET_FORMAT, "source": self.source, "skipped": self.skipped,
-                           "crystals": [{**c.to_dict(), "split": s} for c, s in zip(self.crystals, self.splits)]}
+                           "crystals": [{**c.to_dict(), "split": s} for c, s in zip(self.crystals, self.splits, strict=True)]}
                           ).encode()
 
     @classmethod
@@ -68,7 +68,7 @@ class CrystalDataset:
                 raise ValueError("format")
             crystals = [R.CrystalRep.from_dict(c) for c in d["crystals"]]
             splits = [str(c["split"]) for c in d["crystals"]]
-        except Exception:
+        except Exception:  # noqa: BLE001
             raise InvalidArgument(field, "not a crystal dataset (import CIFs with StartImportCrystalsJob)") from None
         return cls(crystals, splits, str(d.get("source", "")), list(d.get("skipped", [])))
 
@@ -128,7 +128,7 @@ def import_cifs(blobs: list[tuple[str, bytes]], *, source: str,
         except R.CifError as exc:
             bad.append(FieldViolation(fld, f"{name}: {exc}"))
             continue
-        except Exception as exc:  # pyxtal's symmetrisation can fail on odd cells; report it for this file
+        except Exception as exc:  # noqa: BLE001 - pyxtal's symmetrisation can fail on odd cells; report it for this file
             bad.append(FieldViolation(fld, f"{name}: symmetry analysis failed ({type(exc).__name__})"))
             continue
         if why := _fits(rep, s):
@@ -143,9 +143,9 @@ def import_cifs(blobs: list[tuple[str, bytes]], *, source: str,
 # --------------------------------------------------------------------------------------------- the built-in set
 def shipped_structures() -> list[tuple[str, Any]]:
     """The ordered structures pymatgen and pyxtal ship (name, Structure), small enough for the model."""
-    import pymatgen.util  # noqa: PLC0415
-    import pyxtal  # noqa: PLC0415
-    from pymatgen.core import Structure  # noqa: PLC0415
+    import pymatgen.util
+    import pyxtal
+    from pymatgen.core import Structure
 
     paths = sorted(glob.glob(os.path.join(os.path.dirname(pymatgen.util.__file__), "structures", "*.json")))
     paths += sorted(glob.glob(os.path.join(os.path.dirname(pyxtal.__file__), "database", "cifs", "*.cif")))
@@ -155,7 +155,7 @@ def shipped_structures() -> list[tuple[str, Any]]:
         for p in paths:
             try:
                 s = Structure.from_file(p)
-            except Exception:  # a few shipped files are not crystals pymatgen reads
+            except Exception:  # noqa: BLE001 - a few shipped files are not crystals pymatgen reads
                 continue
             if s.is_ordered and len(s) <= MAX_CELL_ATOMS and max(e.Z for e in s.composition.elements) <= R.MAX_Z:
                 origin = "pymatgen" if p.endswith(".json") else "pyxtal"
@@ -165,7 +165,7 @@ def shipped_structures() -> list[tuple[str, Any]]:
 
 def random_crystal(sg: int, rng: np.random.Generator, max_tries: int = 8):
     """One pyxtal random symmetric crystal in group sg from a charge-balanced prototype (or None)."""
-    from pyxtal import pyxtal  # noqa: PLC0415
+    from pyxtal import pyxtal
 
     g = R.group(sg)
     for _ in range(max_tries):
@@ -179,7 +179,7 @@ def random_crystal(sg: int, rng: np.random.Generator, max_tries: int = 8):
             warnings.simplefilter("ignore")
             try:
                 c.from_random(3, sg, list(elements), nums, random_state=int(rng.integers(2 ** 31)))
-            except Exception:  # pyxtal gives up on some draws
+            except Exception:  # noqa: BLE001 - pyxtal gives up on some draws
                 continue
         if c.valid:
             return c.to_pymatgen()
@@ -196,7 +196,7 @@ def builtin_dataset(*, n_random: int = 240, seed: int = 0, include_shipped: bool
             check_cancelled()
             try:
                 rep = represent(s, name)
-            except Exception:  # noqa: S112 - a shipped file pyxtal cannot symmetrise is left out
+            except Exception:  # noqa: BLE001
                 continue
             if _fits(rep, s) is None:
                 crystals.append(rep)

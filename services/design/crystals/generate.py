@@ -60,7 +60,7 @@ def draw_groups(req: Request, model_sg_dist: torch.Tensor, n: int, rng: np.rando
 def _z_mask(elements: tuple[str, ...]) -> torch.Tensor | None:
     if not elements:
         return None
-    from pymatgen.core import Element  # noqa: PLC0415
+    from pymatgen.core import Element
 
     m = torch.zeros(R.MAX_Z, dtype=torch.bool)
     for e in elements:
@@ -131,8 +131,8 @@ def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalR
     """pyxtal random symmetric crystals: group drawn as for SymmCD (from the reference set's distribution when
     none is asked), elements from a random reference crystal (or the composition hints), counts split in the
     reference's proportions over the atom-count range, checked against the group's Wyckoff positions."""
-    from pymatgen.core import Element  # noqa: PLC0415
-    from pyxtal import pyxtal  # noqa: PLC0415
+    from pymatgen.core import Element
+    from pyxtal import pyxtal
 
     rng = np.random.default_rng(seed)
     sgc = torch.zeros(R.N_SPACEGROUPS + 1)
@@ -166,7 +166,7 @@ def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalR
                 warnings.simplefilter("ignore")
                 try:
                     c.from_random(3, sg, els, nums, random_state=int(rng.integers(2 ** 31)))
-                except Exception:  # noqa: S112 - pyxtal gives up on some draws; try another
+                except Exception:  # noqa: BLE001
                     continue
             if c.valid:
                 struct = c.to_pymatgen()
@@ -178,8 +178,8 @@ def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalR
 
 # ----------------------------------------------------------------------------------------------- metrics
 def smact_valid(counts: dict[str, int], max_combinations: int = 20000) -> bool:
-    import smact  # noqa: PLC0415
-    from smact.screening import pauling_test  # noqa: PLC0415
+    import smact
+    from smact.screening import pauling_test
 
     els = sorted(counts)
     if len(els) == 1 or all(e in smact.metals for e in els):
@@ -198,7 +198,7 @@ def smact_valid(counts: dict[str, int], max_combinations: int = 20000) -> bool:
         n += 1
         if n > max_combinations:
             break
-        if sum(o * s for o, s in zip(combo, stoich)) != 0:
+        if sum(o * s for o, s in zip(combo, stoich, strict=True)) != 0:
             continue
         if any(e is None for e in eneg):
             return True
@@ -253,12 +253,12 @@ def evaluate(structure, requested_sg: int, claimed_sg: int | None) -> dict[str, 
     comp = {el.symbol: int(round(v)) for el, v in structure.composition.items()}
     try:
         detected = R.spacegroup_of(structure, SYMPREC) or 0
-    except Exception:  # spglib rejects some degenerate cells (atoms on top of each other)
+    except Exception:  # noqa: BLE001 - spglib rejects some degenerate cells (atoms on top of each other)
         detected = 0
     comp_ok = smact_valid(comp)
     try:
         confirmed = bool(detected) and R.spglib_has_group_ops(structure, requested_sg, SYMPREC)
-    except Exception:  # spglib rejects some degenerate cells
+    except Exception:  # noqa: BLE001 - spglib rejects some degenerate cells
         confirmed = False
     return {"requested_space_group": int(requested_sg), "detected_space_group": int(detected),
             "space_group_match": bool(detected == requested_sg), "requested_ops_found": confirmed, "structurally_valid": struct_ok,
@@ -293,7 +293,7 @@ def jsd(p_counts: dict[int, float], q_counts: dict[int, float]) -> float:
 
 
 def summarize(rows: list[dict[str, Any]], reference: dict[str, Any], seconds: float, requested: int) -> dict[str, Any]:
-    from scipy.stats import wasserstein_distance  # noqa: PLC0415
+    from scipy.stats import wasserstein_distance
 
     n = len(rows)
     ok = [r for r in rows if not r["failed"]]

@@ -22,7 +22,6 @@ from services.common.params import parse_params
 from services.design.crystals import data as D
 from services.design.crystals import generate as G
 from services.design.crystals import model as M
-from services.design.crystals import representation as R
 from services.design.crystals.params import GenerateParams, ImportParams, TrainParams, check_request
 
 MODEL_FORMAT = "praxon.design.crystals.symmcd/v1"
@@ -193,7 +192,7 @@ class Generation:
     def result(self, ctx: JobContext) -> dict[str, Any]:
         summary = G.summarize(self.rows, self.ref_stats, self.seconds, self.p.n)
         summary["method"] = self.method_name
-        for row, cif in zip(self.rows, self.cifs):
+        for row, cif in zip(self.rows, self.cifs, strict=True):
             row["cif_artifact_id"] = ctx.write_artifact(
                 f"crystal-{row['index']:04d}-{row['formula'] or 'failed'}-sg{row['requested_space_group']}.cif",
                 cif.encode(), CIF_CONTENT_TYPE, metadata={"requested_space_group": row["requested_space_group"],

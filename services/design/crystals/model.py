@@ -213,7 +213,7 @@ class Denoiser(nn.Module):
         rel = fourier(x[:, None, :, :] - x[:, :, None, :], self.cfg.freqs)  # [B, N, N, 6k], x_j - x_i
         pair = (m[:, :, None] * m[:, None, :]).unsqueeze(-1)
         denom = pair.sum(2).clamp(min=1.0)
-        for edge, node, norm in zip(self.edges, self.nodes, self.norms):
+        for edge, node, norm in zip(self.edges, self.nodes, self.norms, strict=True):
             e = edge(h, ks, rel)
             agg = (e * pair).sum(2) / denom
             h = norm(h + node(torch.cat([h, agg], -1))) * m[..., None]

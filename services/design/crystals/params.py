@@ -79,7 +79,7 @@ class GenerateParams(JobParams):
     @field_validator("composition_hints")
     @classmethod
     def _elements(cls, v: list[str]) -> list[str]:
-        from pymatgen.core.periodic_table import Element  # noqa: PLC0415
+        from pymatgen.core.periodic_table import Element
 
         out = []
         for i, e in enumerate(v):
@@ -106,7 +106,7 @@ class GenerateParams(JobParams):
 def check_request(p: GenerateParams) -> None:
     """Errors the caller can fix, named by the request's fields: an atom-count range that no combination of a
     requested group's Wyckoff positions reaches (pyxtal's tables; no torch)."""
-    from services.design.crystals import representation as R  # noqa: PLC0415
+    from services.design.crystals import representation as R
 
     if p.min_atoms > p.max_atoms:
         raise InvalidArgument("atom_count_range", "min must be <= max")

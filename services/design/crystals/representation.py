@@ -110,7 +110,7 @@ class WyckoffInfo:
 
 @lru_cache(maxsize=None)
 def group(sg: int):
-    from pyxtal.symmetry import Group  # noqa: PLC0415
+    from pyxtal.symmetry import Group
 
     return Group(int(sg))
 
@@ -192,7 +192,7 @@ def snap(sg: int, site_symm: np.ndarray, x: np.ndarray, occupied: set[str] | fro
             and (budget is None or w.multiplicity <= budget)] or list(table)
     dists = np.array([np.linalg.norm(ss - w.site_symm.reshape(-1)) for w in free])
     best = dists.min()
-    cands = [w for w, d in zip(free, dists) if d <= best + 1e-9]
+    cands = [w for w, d in zip(free, dists, strict=True) if d <= best + 1e-9]
     scored = [(w, *project_to_wyckoff(w, np.asarray(x, dtype=np.float64) % 1.0)) for w in cands]
     w, p, pd = min(scored, key=lambda t: t[2])
     return w, p, float(best), float(pd)
@@ -252,7 +252,7 @@ class CrystalRep:
 
 def from_structure(structure, *, tol: float = 0.01, source: str = "") -> CrystalRep:
     """pymatgen Structure (ordered) -> representation, via pyxtal's symmetrisation (spglib underneath)."""
-    from pyxtal import pyxtal  # noqa: PLC0415
+    from pyxtal import pyxtal
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -261,7 +261,7 @@ def from_structure(structure, *, tol: float = 0.01, source: str = "") -> Crystal
     sg = int(c.group.number)
     ks = mask_ks(lattice_to_ks(np.asarray(c.lattice.matrix, dtype=np.float64)), sg)
     atoms = []
-    from pymatgen.core import Element  # noqa: PLC0415
+    from pymatgen.core import Element
 
     for site in c.atom_sites:
         label = f"{site.wp.multiplicity}{site.wp.letter}"
@@ -273,7 +273,7 @@ def from_structure(structure, *, tol: float = 0.01, source: str = "") -> Crystal
 
 def to_structure(rep: CrystalRep):
     """Expand every asymmetric-unit atom's orbit -> the full cell as a pymatgen Structure."""
-    from pymatgen.core import Element, Lattice, Structure  # noqa: PLC0415
+    from pymatgen.core import Element, Lattice, Structure
 
     species, coords = [], []
     for a in rep.atoms:
@@ -292,13 +292,13 @@ class CifError(ValueError):
 
 def parse_cif(text: str):
     """CIF text -> one ordered pymatgen Structure, or CifError with the reason."""
-    from pymatgen.io.cif import CifParser  # noqa: PLC0415
+    from pymatgen.io.cif import CifParser
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             structures = CifParser.from_str(text).parse_structures(primitive=False)
-        except Exception as exc:  # pymatgen raises many types for malformed files
+        except Exception as exc:  # noqa: BLE001 - pymatgen raises many types for malformed files
             raise CifError(f"unparsable CIF: {str(exc)[:200] or type(exc).__name__}") from None
     if not structures:
         raise CifError("unparsable CIF: no structure in the file")
@@ -313,7 +313,7 @@ def parse_cif(text: str):
 
 
 def write_cif(structure, *, symprec: float | None = None) -> str:
-    from pymatgen.io.cif import CifWriter  # noqa: PLC0415
+    from pymatgen.io.cif import CifWriter
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -322,7 +322,7 @@ def write_cif(structure, *, symprec: float | None = None) -> str:
 
 def spacegroup_of(structure, symprec: float = 0.1) -> int | None:
     """spglib's space group number at symprec (None when spglib finds none)."""
-    import spglib  # noqa: PLC0415
+    import spglib
 
     cell = (np.asarray(structure.lattice.matrix), np.asarray(structure.frac_coords),
             [site.specie.Z for site in structure])
@@ -335,7 +335,7 @@ def spacegroup_of(structure, symprec: float = 0.1) -> int | None:
 def spglib_has_group_ops(structure, sg: int, symprec: float = 0.1) -> bool:
     """Whether spglib (at symprec) finds every operation of space group sg among the crystal's symmetry operations
     in its own cell: the requested symmetry is confirmed even where spglib reports a supergroup."""
-    import spglib  # noqa: PLC0415
+    import spglib
 
     cell = (np.asarray(structure.lattice.matrix), np.asarray(structure.frac_coords),
             [site.specie.Z for site in structure])
@@ -345,7 +345,7 @@ def spglib_has_group_ops(structure, sg: int, symprec: float = 0.1) -> bool:
     if not found:
         return False
     rots, trans = np.asarray(found["rotations"]), np.asarray(found["translations"])
-    for r, t in zip(*general_ops(sg)):
+    for r, t in zip(*general_ops(sg), strict=True):
         same = np.all(np.abs(rots - np.round(r)[None]) < 1e-6, axis=(1, 2))
         if not np.any(same & (np.linalg.norm(_wrap(trans - t[None]), axis=1) < 1e-2)):
             return False
@@ -357,7 +357,7 @@ def invariant_under_group(structure, sg: int, tol: float = 1e-4) -> bool:
     rot, trans = general_ops(sg)
     frac = np.asarray(structure.frac_coords) % 1.0
     z = np.array([site.specie.Z for site in structure])
-    for r, t in zip(rot, trans):
+    for r, t in zip(rot, trans, strict=True):
         img = (frac @ r.T + t) % 1.0
         d = np.linalg.norm(_wrap(img[:, None, :] - frac[None, :, :]), axis=-1)
         same = (z[:, None] == z[None, :])
