@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        r = fit(cfg, ds, on_epoch=lambda e, m, label=label: print(
+        r = fit(cfg, ds, on_epoch=lambda e, m, label=label, t0=t0: print(
             f"  [{label}] epoch {e}: loss {m['loss']:.4f} valid R@5 {m['valid_recall_5']:.4f} "
             f"N@10 {m['valid_ndcg_10']:.4f} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True))
         dt = time.perf_counter() - t0

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = config_for(label, seed, over)
                 t0 = time.perf_counter()
 
-                def log(e, m, label=label, seed=seed, t0=t0):
+                def log(e, m, label=label, seed=seed, t0=t0, protocol=protocol):
                     if a.verbose:
                         print(f"  [{protocol} {label} s{seed}] epoch {e}: loss {m['loss']:.4f} valid N@10 "
                               f"{m['valid_ndcg_10']:.4f} R@5 {m['valid_recall_5']:.4f} "

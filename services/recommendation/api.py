@@ -133,7 +133,7 @@ def sweep_params(request: pb.StartSweepJobRequest) -> SweepParams:
     p = parse_params(SweepParams, data, field_paths={"dataset_artifact_id": "dataset_artifact_id",
                                                      "metric": "metric", "grid": "grid"})
     parse_params(TrainParams, base, field_paths=paths)  # the shared part, named as sent
-    for i, point in enumerate(grid_points(p)[:p.max_runs]):  # each point, before anything runs
+    for point in grid_points(p)[:p.max_runs]:  # each point, before anything runs
         parse_params(TrainParams, {**base, **point}, field_paths={k: "grid" for k in grid} | paths)
     return p
 
@@ -174,7 +174,7 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
         return pb.StartImportInteractionsJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     def _check_dataset(self, tenant: str, aid: str) -> None:
-        from services.recommendation.data import DATASET_CONTENT_TYPE  # noqa: PLC0415
+        from services.recommendation.data import DATASET_CONTENT_TYPE
 
         art = self.app.registry.get_artifact(tenant, aid, "dataset_artifact_id")
         if art["content_type"] != DATASET_CONTENT_TYPE:

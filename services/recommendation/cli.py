@@ -23,27 +23,27 @@ DEMO_HISTORY = ["50", "172", "181", "1", "121"]  # Star Wars, Empire Strikes Bac
 
 
 def _stub(target):
-    from praxon.recommendation.v1 import recommendation_pb2_grpc  # noqa: PLC0415
+    from praxon.recommendation.v1 import recommendation_pb2_grpc
 
     return recommendation_pb2_grpc.RecommendationServiceStub(target.channel())
 
 
 def _target(args):
-    from services.common.client import resolve_target  # noqa: PLC0415
+    from services.common.client import resolve_target
 
     return resolve_target(args.address, args.token, args.data_dir)
 
 
 def _model_ref(text: str | None):
-    from services.common.client import model_ref  # noqa: PLC0415
-    from services.recommendation.settings import ServingConfig  # noqa: PLC0415 - light: no torch
+    from services.common.client import model_ref
+    from services.recommendation.settings import ServingConfig
 
     return model_ref(text, ServingConfig().default_model)
 
 
 def import_dataset(target, *, builtin: str | None = None, path: Path | None = None, fmt: str = "",
                    name: str = "", protocol: str = "user_split", out=None) -> str:
-    from praxon.recommendation.v1 import recommendation_pb2 as pb  # noqa: PLC0415
+    from praxon.recommendation.v1 import recommendation_pb2 as pb
 
     out = out or sys.stdout
 
@@ -68,10 +68,10 @@ def import_dataset(target, *, builtin: str | None = None, path: Path | None = No
 
 def train(target, dataset_id: str, kind: str, name: str, params: dict, *, promote: bool = False, out=None):
     out = out or sys.stdout
-    from google.protobuf import struct_pb2  # noqa: PLC0415
+    from google.protobuf import struct_pb2
 
-    from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
-    from praxon.recommendation.v1 import recommendation_pb2 as pb  # noqa: PLC0415
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
+    from praxon.recommendation.v1 import recommendation_pb2 as pb
 
     own = {f.name for f in pb.TrainingParams.DESCRIPTOR.fields}
     req = pb.StartTrainingJobRequest(dataset_artifact_id=dataset_id, model_name=name,
@@ -132,7 +132,7 @@ def cmd_import(args) -> None:
 
 
 def cmd_train(args) -> None:
-    import json  # noqa: PLC0415
+    import json
 
     target = _target(args)
     dataset = args.dataset or import_dataset(target, builtin=args.builtin, protocol=args.protocol)
@@ -145,7 +145,7 @@ def cmd_train(args) -> None:
 
 
 def _json_or_text(v: str):
-    import json  # noqa: PLC0415
+    import json
 
     try:
         return json.loads(v)
@@ -154,12 +154,12 @@ def _json_or_text(v: str):
 
 
 def cmd_sweep(args) -> None:
-    import json  # noqa: PLC0415
+    import json
 
-    from google.protobuf import struct_pb2  # noqa: PLC0415
+    from google.protobuf import struct_pb2
 
-    from praxon.recommendation.v1 import recommendation_pb2 as pb  # noqa: PLC0415
-    from services.common.convert import from_struct  # noqa: PLC0415
+    from praxon.recommendation.v1 import recommendation_pb2 as pb
+    from services.common.convert import from_struct
 
     target = _target(args)
     dataset = args.dataset or import_dataset(target, builtin=args.builtin, protocol=args.protocol)
@@ -196,7 +196,7 @@ def cmd_sweep(args) -> None:
 
 
 def cmd_evaluate(args) -> None:
-    from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
 
     target = _target(args)
     reg = models_pb2_grpc.ModelRegistryServiceStub(target.channel())
@@ -213,7 +213,7 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_query(args) -> None:
-    from praxon.recommendation.v1 import recommendation_pb2 as pb  # noqa: PLC0415
+    from praxon.recommendation.v1 import recommendation_pb2 as pb
 
     target = _target(args)
     history = pb.History(item_indices=[int(x) for x in args.items]) if args.indices else pb.History(
@@ -288,12 +288,12 @@ def demo(target) -> None:
     """`praxon demo` step: import MovieLens-100k with the leave_one_out protocol, train SASRec-CE (demo-sized, see
     DEMO_TRAIN for why this model) and the popularity baseline, promote SASRec, score a new history (and an empty
     one), print both models' metrics side by side."""
-    import time  # noqa: PLC0415
+    import time
 
-    import grpc  # noqa: PLC0415
+    import grpc
 
-    from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
-    from praxon.recommendation.v1 import recommendation_pb2 as pb  # noqa: PLC0415
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
+    from praxon.recommendation.v1 import recommendation_pb2 as pb
 
     dataset = import_dataset(target, builtin="ml-100k", protocol=DEMO_PROTOCOL)
     print(f"training SASRec-CE ({DEMO_TRAIN['epochs']} epochs, RecBole's 64-d 2-layer architecture, batch "

@@ -134,12 +134,12 @@ def build(settings, tenant_id: str, model_ref: str) -> RecommendationPredictor:
     """PREDICTORS["recommendation"]: a predictor for a registered model ("name", "name:3" or "name@alias"; the
     default alias "production", else the latest version), loaded from the registry now; a reference without a
     version keeps following its alias (the servicer's ModelCache, over a registry connection the predictor keeps)."""
-    from services.common import db  # noqa: PLC0415
-    from services.common.registry import Registry  # noqa: PLC0415
-    from services.common.serving import ModelCache, RefKey, parse_model_ref  # noqa: PLC0415
-    from services.common.spec import service_settings  # noqa: PLC0415
-    from services.common.store import ArtifactStore  # noqa: PLC0415
-    from services.recommendation.serving import build_loaded  # noqa: PLC0415
+    from services.common import db
+    from services.common.registry import Registry
+    from services.common.serving import ModelCache, RefKey, parse_model_ref
+    from services.common.spec import service_settings
+    from services.common.store import ArtifactStore
+    from services.recommendation.serving import build_loaded
 
     config = service_settings(settings, "recommendation", ServingConfig)
     name, version, alias = parse_model_ref(model_ref, config.default_model)
@@ -147,7 +147,7 @@ def build(settings, tenant_id: str, model_ref: str) -> RecommendationPredictor:
     pool = db.create_pool(settings, max_size=2)
     cache = ModelCache(Registry(pool, ArtifactStore(settings)), build_loaded, config, what="recommendation model")
     first = cache.load_now(key)
-    cache._loaded[first.info.model_version_id] = first  # noqa: SLF001 - the first request is served without a reload
+    cache._loaded[first.info.model_version_id] = first
 
     async def current() -> Loaded:
         return await cache.get(key)

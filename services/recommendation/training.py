@@ -137,7 +137,7 @@ class TrainRun:
                                                                  self.train_s.target_record_id)))
 
     def step(self, i: int) -> dict[str, float]:
-        import time  # noqa: PLC0415
+        import time
 
         cfg, model = self.cfg, self.model
         t0 = time.perf_counter()

@@ -49,7 +49,7 @@ def start_worker(settings, log_dir):
 
 @dataclasses.dataclass
 class Env:
-    server: RecServer
+    server: harness.PlatformServer
     channel: grpc.Channel
     stub: recommendation_pb2_grpc.RecommendationServiceStub
     registry: models_pb2_grpc.ModelRegistryServiceStub
@@ -427,7 +427,7 @@ def test_alias_move_hot_swaps_without_failed_requests(env):
         while not stop.is_set():
             try:
                 versions.append(stub.Recommend(req, metadata=md, timeout=30).model.version)
-            except grpc.RpcError as err:  # noqa: PERF203
+            except grpc.RpcError as err:
                 errors.append(err)
     threads = [threading.Thread(target=hammer) for _ in range(4)]
     for t in threads:
