@@ -87,7 +87,23 @@ def _pack(msg) -> any_pb2.Any:
     return out
 
 
+def _backing_service_down(exc: BaseException) -> bool:
+    """The database or the object store could not be reached or failed transiently: the caller should retry."""
+    from minio.error import S3Error  # noqa: PLC0415
+
+    from services.common.db import TRANSIENT_DB_ERRORS  # noqa: PLC0415
+    from services.common.store import TRANSIENT_STORE_ERRORS  # noqa: PLC0415
+
+    if isinstance(exc, S3Error):
+        return exc.code in ("InternalError", "ServiceUnavailable", "SlowDown", "XMinioStorageFull",
+                            "XAmzContentSHA256Mismatch")
+    return isinstance(exc, TRANSIENT_DB_ERRORS + TRANSIENT_STORE_ERRORS)
+
+
 def to_status(exc: BaseException, request_id: str) -> grpc.Status:
+    if not isinstance(exc, PraxonError) and _backing_service_down(exc):
+        exc = Unavailable(f"a backing service (database or object store) is unavailable; retry (request id "
+                          f"{request_id})", retry_after_s=2.0, reason="BACKEND_UNAVAILABLE")
     if isinstance(exc, PraxonError):
         code = next((c for t, c in _CODES if isinstance(exc, t)), grpc.StatusCode.INTERNAL)
         message = exc.message
@@ -239,6 +255,7 @@ class ErrorInterceptor(_Around):
         rid = current_request_id()
         if not isinstance(exc, PraxonError):
             log.error("unhandled error in %s (request id %s):\n%s", method, rid, traceback.format_exc())
+            # (a backing service that is down is logged too, and answered UNAVAILABLE by to_status)
         status = to_status(exc, rid)
         await context.abort(status.code, status.details, (*status.trailing_metadata, ("x-request-id", rid)))
 
