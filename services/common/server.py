@@ -89,10 +89,10 @@ def _pack(msg) -> any_pb2.Any:
 
 def _backing_service_down(exc: BaseException) -> bool:
     """The database or the object store could not be reached or failed transiently: the caller should retry."""
-    from minio.error import S3Error  # noqa: PLC0415
+    from minio.error import S3Error
 
-    from services.common.db import TRANSIENT_DB_ERRORS  # noqa: PLC0415
-    from services.common.store import TRANSIENT_STORE_ERRORS  # noqa: PLC0415
+    from services.common.db import TRANSIENT_DB_ERRORS
+    from services.common.store import TRANSIENT_STORE_ERRORS
 
     if isinstance(exc, S3Error):
         return exc.code in ("InternalError", "ServiceUnavailable", "SlowDown", "XMinioStorageFull",
