@@ -173,7 +173,7 @@ def test_oracle_campaign_runs_unattended_and_observations_are_written_once(env):
     assert r.duplicates == 1 and r.values[0] == pytest.approx(c.best.value)
     rep = env.stub.GetCampaignReport(pb.GetCampaignReportRequest(campaign_id=camp.id), metadata=_md(env))
     assert [x.round for x in rep.rows] == [1, 2, 3] and [x.cumulative for x in rep.rows] == [4, 8, 12]
-    assert all(a.best_so_far <= b.best_so_far for a, b in zip(rep.rows, rep.rows[1:]))
+    assert all(a.best_so_far <= b.best_so_far for a, b in zip(rep.rows, rep.rows[1:], strict=False))
 
 
 def test_killed_suggestion_job_resumes_and_runs_once(env):

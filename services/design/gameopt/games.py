@@ -55,7 +55,7 @@ class Players:
     def deviations(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All single-player changes of x: (sum_p S_p, L) sequences and (sum_p S_p,) the player of each row."""
         rows, owner = [], []
-        for p, (g, S) in enumerate(zip(self.groups, self.strategies)):
+        for p, (g, S) in enumerate(zip(self.groups, self.strategies, strict=False)):
             X = np.repeat(x[None], len(S), 0)
             X[:, list(g)] = S
             rows.append(X)
@@ -67,7 +67,7 @@ def deviation_feasible(space: SequenceSpace, players: Players, x: np.ndarray, X:
     """Which deviations of a feasible x are feasible (fast path for single-site players)."""
     if all(len(g) == 1 for g in players.groups):
         out, start = [], 0
-        for g, S in zip(players.groups, players.strategies):
+        for g, S in zip(players.groups, players.strategies, strict=False):
             out.append(space.single_site_feasible(x, g[0], S[:, 0]))
             start += len(S)
         return np.concatenate(out)
@@ -125,7 +125,7 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
     rng = rng or np.random.default_rng(0)
     x0 = np.asarray(x0, dtype=np.int64)
     logw = []
-    for g, S in zip(players.groups, players.strategies):
+    for g, S in zip(players.groups, players.strategies, strict=False):
         w = np.zeros(len(S))
         w[(S == x0[list(g)]).all(-1)] = eta  # one round's worth of preference for the start
         logw.append(w)
@@ -138,7 +138,7 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
     samples: list[np.ndarray] = []
     for t in range(1, rounds + 1):
         x = last.copy()
-        for p, (g, S) in enumerate(zip(players.groups, players.strategies)):
+        for p, (g, S) in enumerate(zip(players.groups, players.strategies, strict=False)):
             x[list(g)] = S[_softmax_sample(logw[p], rng)]
         if not space.feasible(x)[0]:
             y = space.repair(x, rng)
@@ -162,7 +162,7 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
         if t > rounds - tail:
             samples.append(x.copy())
     mode = np.array(last, copy=True)
-    for p, (g, S) in enumerate(zip(players.groups, players.strategies)):
+    for p, (g, S) in enumerate(zip(players.groups, players.strategies, strict=False)):
         mode[list(g)] = S[int(np.argmax(logw[p]))]
     if not space.feasible(mode)[0]:
         repaired = space.repair(mode, rng)

@@ -76,7 +76,7 @@ class SuggestionJob:
             X = np.array([s.sequence for s in batch], dtype=np.int64).reshape(-1, self.space.length)
             values = oracle(X) if len(X) else np.zeros(0)
             out["oracle_observations"] = [{"sequence": it["sequence"], "value": float(v)}
-                                          for it, v in zip(items, values)]
+                                          for it, v in zip(items, values, strict=False)]
         return out
 
 

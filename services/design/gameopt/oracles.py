@@ -123,7 +123,7 @@ class Ehrlich:
         k = self.motif_length
         q = self.quantization if self.quantization is not None else k
         out = np.zeros((len(X), self.num_motifs))
-        for i, (m, s) in enumerate(zip(self.motifs, self.spacings)):
+        for i, (m, s) in enumerate(zip(self.motifs, self.spacings, strict=False)):
             offsets = np.arange(self.length - s[-1])
             idx = offsets[:, None] + s[None, :]  # (n_off, k)
             matches = (X[:, idx] == m[None, None, :]).sum(-1)  # (n, n_off)
@@ -140,7 +140,7 @@ class Ehrlich:
         """Each motif with its gaps filled by repeats (self-transitions are always feasible), motifs back to back
         (consecutive in the DMP draw, so their junctions are feasible), the tail repeating the last state."""
         x = []
-        for m, s in zip(self.motifs, self.spacings):
+        for m, s in zip(self.motifs, self.spacings, strict=False):
             for j in range(len(m)):
                 x.append(int(m[j]))
                 if j + 1 < len(m):

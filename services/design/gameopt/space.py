@@ -112,7 +112,7 @@ class SequenceSpace:
             d = int(self.edits(x)[0])
             if d > self.max_edits:
                 out.append(f"{d} substitutions from the nearest parent (at most {self.max_edits})")
-        for m, motif in zip(self._motifs, self.forbidden):
+        for motif in self.forbidden:
             if motif in seq:
                 out.append(f"contains forbidden motif {motif}")
         return out

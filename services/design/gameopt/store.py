@@ -226,7 +226,7 @@ class CampaignStore:
             current = conn.execute("SELECT coalesce(max(round), 0) AS r FROM design_suggestion_jobs "
                                    "WHERE campaign_id = %s", (camp["id"],)).fetchone()["r"]
             seen: dict[tuple[str, int], float] = {}
-            for i, (o, v) in enumerate(zip(observations, values)):
+            for i, (o, v) in enumerate(zip(observations, values, strict=False)):
                 key = (o.sequence, o.replicate)
                 if key in seen and seen[key] != v:
                     raise InvalidArgument(f"observations[{i}].value", "the same (sequence, replicate) twice in one "
@@ -236,7 +236,7 @@ class CampaignStore:
                 "SELECT sequence, replicate, value FROM design_observations WHERE campaign_id = %s "
                 "AND sequence = ANY(%s)", (camp["id"], list({o.sequence for o in observations})))}
             inserted = duplicates = 0
-            for i, (o, v) in enumerate(zip(observations, values)):
+            for i, (o, v) in enumerate(zip(observations, values, strict=False)):
                 key = (o.sequence, o.replicate)
                 if key in existing:
                     if existing[key] != v:
