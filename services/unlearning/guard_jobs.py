@@ -191,7 +191,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
     new_config.update({"mu": l2, "r": r, "epsilon": eps, "delta": delta, "sigma": out.certificate.sigma,
                        "certificate": cert, "state_artifact_id": state_id, "excluded_record_ids": new_excluded,
                        "dataset_artifact_id": ds_id, "parent_model_version_id": mvid, "unlearning_method": p.method,
-                       "n_train": len(keep), "guarantee": report["guarantee"]})
+                       "n_retained": len(keep), "guarantee": report["guarantee"]})  # n_train: the split's size
     name = p.name or str(config.get("name") or "guard")
     info = ctx.register_model(name, new_tensors, kind="guard/frozen_linear", config=new_config, metrics=metrics,
                               dataset_artifact_id=ds_id, parent_version_ids=[mvid])

@@ -207,9 +207,10 @@ class UnlearningRecords:
         params: dict[str, Any] = {"model_version_id": str(version["id"]), "forget_record_ids": ids,
                                   "method": typed.method, "seed": typed.seed, "record_id": record_id,
                                   "dataset_artifact_id": ds_id}
-        for k in ("epsilon", "delta", "name"):
+        for k in ("epsilon", "delta"):
             if getattr(typed, k) is not None:
                 params[k] = getattr(typed, k)
+        params["name"] = typed.name or version["name"]  # the new version joins the source's model by default
         if req.eval_dataset_artifact_id:
             params["eval_dataset_artifact_id"] = parse_uuid(req.eval_dataset_artifact_id, "eval_dataset_artifact_id")
         if req.steps:

@@ -60,5 +60,5 @@ def test_sgd_resume_is_exact():
                     callback=saved.append, callback_every=20)
     c = approximate.MLPClassifier(10, [32], 3)  # a fresh process: state comes from the checkpoint only
     approximate.sgd(c, loss, X, y, steps=40, lr=0.1, batch_size=16, seed=3, noise_std=1e-3, state=saved[-1])
-    for pa, pc in zip(a.parameters(), c.parameters()):
+    for pa, pc in zip(a.parameters(), c.parameters(), strict=True):
         torch.testing.assert_close(pa, pc)

@@ -82,7 +82,7 @@ def test_forget_ten_records_certified_within_2r_of_retraining(guard):
     assert lineage["kind"] == "guard/frozen_linear" and lineage["parent_version_ids"] == [out["model_version_id"]]
     assert config["excluded_record_ids"] == forget and ctx.forgotten_records(ds) == set(forget)
     # ||theta_unlearned - theta_retrained|| <= 2r before noise
-    rows, ids, phi, Y = _data(ctx, ds, config | {"n_train": None})
+    rows, ids, phi, Y = _data(ctx, ds, config)
     keep = torch.tensor([i for i, rid in enumerate(ids) if rid not in set(forget)])
     problem = guard_heads.GuardHeadsProblem(mu=config["l2"], dim=config["feature_dim"])
     ref = guard_heads.newton_to_radius(problem, phi[keep], Y[keep], problem.zeros(), R)

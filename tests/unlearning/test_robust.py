@@ -4,6 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.common.errors import InvalidArgument
 from services.unlearning import certified, robust
 from services.unlearning.linear import LinearProblem
 from services.unlearning.synthetic import shift_labels
@@ -82,5 +83,5 @@ def test_regime_classification(ood):
 def test_trim_count_validation():
     assert robust.trim_count(100, 3) == 3
     assert robust.trim_count(100, 3, trim_fraction=0.1) == 10
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidArgument):
         robust.trim_count(10, 5)
