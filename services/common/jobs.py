@@ -215,14 +215,27 @@ class JobStore:
                                 (job_id, after_seq)).fetchall()
 
     def outputs(self, job_id: str) -> tuple[list[dict], list[dict]]:
-        """Committed artifacts and model versions a job registered."""
+        """Committed artifacts and model versions a job registered (private artifacts, which only jobs may read,
+        are not listed: GetArtifact would answer NOT_FOUND to them)."""
+        return self.outputs_of([job_id]).get(str(job_id), ([], []))
+
+    def outputs_of(self, job_ids: list) -> dict[str, tuple[list[dict], list[dict]]]:
+        """outputs() for a page of jobs, in two queries."""
+        out: dict[str, tuple[list[dict], list[dict]]] = {str(j): ([], []) for j in job_ids}
+        if not job_ids:
+            return out
+        ids = [str(j) for j in job_ids]
         with self.pool.connection() as conn:
-            arts = conn.execute("SELECT * FROM artifacts WHERE producing_job_id = %s AND committed "
-                                "ORDER BY created_at", (job_id,)).fetchall()
-            models = conn.execute(
-                "SELECT m.name, v.version FROM model_versions v JOIN models m ON m.id = v.model_id "
-                "WHERE v.producing_job_id = %s AND v.committed ORDER BY v.created_at", (job_id,)).fetchall()
-        return arts, models
+            for a in conn.execute("SELECT * FROM artifacts WHERE producing_job_id = ANY(%s::uuid[]) AND committed "
+                                  "AND coalesce(metadata->>'visibility', '') <> 'private' ORDER BY created_at",
+                                  (ids,)):
+                out[str(a["producing_job_id"])][0].append(a)
+            for m in conn.execute(
+                    "SELECT v.producing_job_id, m.name, v.version FROM model_versions v "
+                    "JOIN models m ON m.id = v.model_id WHERE v.producing_job_id = ANY(%s::uuid[]) AND v.committed "
+                    "ORDER BY v.created_at", (ids,)):
+                out[str(m["producing_job_id"])][1].append(m)
+        return out
 
     # ---- the worker side: claim, lease, progress, finish ----
     def claim(self, job_id: str, owner: str, lease_seconds: float) -> dict | None:

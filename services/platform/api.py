@@ -71,7 +71,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         rows, token = await self.app.db(lambda: self.app.jobs.list(current_tenant(), size=size,
                                                                    token=request.page_token, states=states,
                                                                    kind=request.kind))
-        return jobs_pb2.ListJobsResponse(jobs=[convert.job(r) for r in rows], next_page_token=token)
+        outputs = await self.app.db(self.app.jobs.outputs_of, [r["id"] for r in rows])
+        return jobs_pb2.ListJobsResponse(jobs=[convert.job(r, *outputs[str(r["id"])]) for r in rows],
+                                         next_page_token=token)
 
     async def CancelJob(self, request, context):
         row = await self.app.db(self.app.jobs.cancel, current_tenant(), request.job_id)
