@@ -202,23 +202,24 @@ def add_commands(sub, client_opts) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- demo step
-def demo(target) -> None:
+def demo(target, train_params: dict | None = None, n_lookups: int = 10) -> None:
     """`praxon demo` step: train the tiny model on the built-in corpus (progress bar), stream an answer, then ask
     retrieval questions with the full cache and with 10% of it, printing what was right and wrong."""
     from services.generation import corpus  # noqa: PLC0415 - pure python, no torch
 
-    print(f"training a tiny Llama from scratch on the built-in corpus ({DEMO_TRAIN['steps']} steps, width "
-          f"{DEMO_TRAIN['hidden_size']}, {DEMO_TRAIN['num_layers']} layers): a toy, sized for two CPU cores")
-    m = train(target, "tiny-llama", DEMO_TRAIN)
+    params = dict(train_params or DEMO_TRAIN)
+    print(f"training a tiny Llama from scratch on the built-in corpus ({params['steps']} steps, width "
+          f"{params['hidden_size']}, {params['num_layers']} layers): a toy, sized for two CPU cores")
+    m = train(target, "tiny-llama", params)
     model = _model_ref(f"{m.name}:{m.version}")
-    qa = [q for q in corpus.facts_qa(DEMO_TRAIN["seed"]) if q.kind == "known"][:3]
+    qa = [q for q in corpus.facts_qa(params.get("seed", 0)) if q.kind == "known"][:3]
     print("streamed answer:")
     for q in qa[:1]:
         print(f"  {q.question}", end=" ")
         text, _, _ = complete(target, request(q.question, model=model, max_new_tokens=8, stop=(" .",)), stream=True)
         got = (text.split() or [""])[0]
         print(f"  expected {q.answers[0]!r}, got {got!r}: {'right' if got in q.answers else 'wrong'}")
-    examples = corpus.retrieval_set(7, 10, 8)
+    examples = corpus.retrieval_set(7, n_lookups, 8)
     print(f"retrieval: {len(examples)} lookups among 8 records; full cache vs VL-Cache at 10%:")
     score = {"none": 0, "vl_cache": 0}
     for ex in examples:

@@ -300,3 +300,18 @@ def test_cli_complete_streams_what_generate_returns_and_imports_an_upload(env, t
     m = cli.import_model(target, "cli-import", directory=d, out=out)
     assert m.name == "cli-import" and m.version == 1 and "registered cli-import v1 (llama" in out.getvalue()
     target.close()
+
+
+def test_demo_step_prints_what_was_right_and_wrong(env, capsys):
+    from services.common.client import Target
+    from services.generation import cli
+
+    target = Target(env.server.address, env.token)
+    tiny = {f.name: getattr(TRAIN, f.name) for f in TRAIN.DESCRIPTOR.fields if TRAIN.HasField(f.name)}
+    tiny["max_seq_len"] = 128
+    cli.demo(target, train_params=tiny, n_lookups=3)
+    out = capsys.readouterr().out
+    assert "registered tiny-llama v1" in out and "streamed answer:" in out
+    assert out.count("want ") == 3 and "retrieval accuracy: full cache" in out
+    assert ("right" in out) or ("WRONG" in out)
+    target.close()
