@@ -179,3 +179,21 @@ def test_killed_generation_job_resumes_and_writes_each_crystal_once(env, setting
     assert sum(a["content_type"] == "application/vnd.praxon.crystal-set+json" for a in arts) == 1
     assert any("resuming from checkpoint" in m for m in messages)
     assert len(row["result"]["rows"]) == 10
+
+
+def test_cli_generate_prints_the_table_and_downloads_a_cif(env):
+    import io
+
+    from services.common.client import Target
+    from services.design.crystals import cli
+
+    target = Target(env.server.address, env.token)
+    out = io.StringIO()
+    cs = cli.generate(target, model=env.name, groups={62: 1.0}, n=2, atoms=(1, 24), seed=3, out=out)
+    cli.print_set(cs, out)
+    text = out.getvalue()
+    assert "requested" in text and "space group match" in text and len(cs.rows) == 2
+    cif = cli.read_artifact(target, cs.rows[0].cif_artifact_id).decode()
+    assert cif.startswith("# generated using pymatgen") and "_cell_length_a" in cif
+    assert cli._groups("225:2,62") == {225: 2.0, 62: 1.0}
+    target.close()
