@@ -79,7 +79,7 @@ def print_set(cs: pb.CrystalSet, out=None) -> None:
         out.write(" ".join(f"{v:>9}" for v in vals) + "\n")
     s = cs.summary
     out.write(f"{s.method}: {s.n_generated}/{s.n_requested} crystals, space group match {s.space_group_match_rate:.0%}, "
-              f"invariant {s.invariant_rate:.0%}, structural validity {s.structural_validity:.0%}, compositional "
+              f"requested operations found {s.requested_ops_found_rate:.0%}, invariant {s.invariant_rate:.0%}, structural validity {s.structural_validity:.0%}, compositional "
               f"validity {s.compositional_validity:.0%}, density W1 {s.density_wasserstein:.3f}, "
               f"space-group JSD {s.space_group_jsd:.3f}, {s.crystals_per_second:.2f} crystals/s\n")
 

@@ -144,7 +144,7 @@ class GetCrystalSetRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class CrystalRow(_message.Message):
-    __slots__ = ("index", "requested_space_group", "detected_space_group", "space_group_match", "structurally_valid", "compositionally_valid", "invariant", "formula", "n_atoms", "volume", "density", "min_distance", "wyckoff", "cif_artifact_id")
+    __slots__ = ("index", "requested_space_group", "detected_space_group", "space_group_match", "structurally_valid", "compositionally_valid", "invariant", "formula", "n_atoms", "volume", "density", "min_distance", "wyckoff", "cif_artifact_id", "requested_ops_found")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DETECTED_SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class CrystalRow(_message.Message):
     MIN_DISTANCE_FIELD_NUMBER: _ClassVar[int]
     WYCKOFF_FIELD_NUMBER: _ClassVar[int]
     CIF_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_OPS_FOUND_FIELD_NUMBER: _ClassVar[int]
     index: int
     requested_space_group: int
     detected_space_group: int
@@ -173,10 +174,11 @@ class CrystalRow(_message.Message):
     min_distance: float
     wyckoff: _containers.RepeatedScalarFieldContainer[str]
     cif_artifact_id: str
-    def __init__(self, index: _Optional[int] = ..., requested_space_group: _Optional[int] = ..., detected_space_group: _Optional[int] = ..., space_group_match: _Optional[bool] = ..., structurally_valid: _Optional[bool] = ..., compositionally_valid: _Optional[bool] = ..., invariant: _Optional[bool] = ..., formula: _Optional[str] = ..., n_atoms: _Optional[int] = ..., volume: _Optional[float] = ..., density: _Optional[float] = ..., min_distance: _Optional[float] = ..., wyckoff: _Optional[_Iterable[str]] = ..., cif_artifact_id: _Optional[str] = ...) -> None: ...
+    requested_ops_found: bool
+    def __init__(self, index: _Optional[int] = ..., requested_space_group: _Optional[int] = ..., detected_space_group: _Optional[int] = ..., space_group_match: _Optional[bool] = ..., structurally_valid: _Optional[bool] = ..., compositionally_valid: _Optional[bool] = ..., invariant: _Optional[bool] = ..., formula: _Optional[str] = ..., n_atoms: _Optional[int] = ..., volume: _Optional[float] = ..., density: _Optional[float] = ..., min_distance: _Optional[float] = ..., wyckoff: _Optional[_Iterable[str]] = ..., cif_artifact_id: _Optional[str] = ..., requested_ops_found: _Optional[bool] = ...) -> None: ...
 
 class CrystalSetSummary(_message.Message):
-    __slots__ = ("n_requested", "n_generated", "structural_validity", "compositional_validity", "validity", "space_group_match_rate", "invariant_rate", "space_group_jsd", "density_wasserstein", "n_elements_wasserstein", "crystals_per_second", "method")
+    __slots__ = ("n_requested", "n_generated", "structural_validity", "compositional_validity", "validity", "space_group_match_rate", "invariant_rate", "space_group_jsd", "density_wasserstein", "n_elements_wasserstein", "crystals_per_second", "method", "requested_ops_found_rate")
     N_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     N_GENERATED_FIELD_NUMBER: _ClassVar[int]
     STRUCTURAL_VALIDITY_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +191,7 @@ class CrystalSetSummary(_message.Message):
     N_ELEMENTS_WASSERSTEIN_FIELD_NUMBER: _ClassVar[int]
     CRYSTALS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_OPS_FOUND_RATE_FIELD_NUMBER: _ClassVar[int]
     n_requested: int
     n_generated: int
     structural_validity: float
@@ -201,7 +204,8 @@ class CrystalSetSummary(_message.Message):
     n_elements_wasserstein: float
     crystals_per_second: float
     method: str
-    def __init__(self, n_requested: _Optional[int] = ..., n_generated: _Optional[int] = ..., structural_validity: _Optional[float] = ..., compositional_validity: _Optional[float] = ..., validity: _Optional[float] = ..., space_group_match_rate: _Optional[float] = ..., invariant_rate: _Optional[float] = ..., space_group_jsd: _Optional[float] = ..., density_wasserstein: _Optional[float] = ..., n_elements_wasserstein: _Optional[float] = ..., crystals_per_second: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+    requested_ops_found_rate: float
+    def __init__(self, n_requested: _Optional[int] = ..., n_generated: _Optional[int] = ..., structural_validity: _Optional[float] = ..., compositional_validity: _Optional[float] = ..., validity: _Optional[float] = ..., space_group_match_rate: _Optional[float] = ..., invariant_rate: _Optional[float] = ..., space_group_jsd: _Optional[float] = ..., density_wasserstein: _Optional[float] = ..., n_elements_wasserstein: _Optional[float] = ..., crystals_per_second: _Optional[float] = ..., method: _Optional[str] = ..., requested_ops_found_rate: _Optional[float] = ...) -> None: ...
 
 class CrystalSet(_message.Message):
     __slots__ = ("job_id", "summary", "rows", "report_artifact_id")
