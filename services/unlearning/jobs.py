@@ -3,6 +3,10 @@
   run_training(ctx)   train a certified (noisy-published) L2 linear model from a dataset artifact
   run_unlearning(ctx) forget records from a model version; registers the new version and a JSON report
   run_audit(ctx)      audit an unlearned version: empirical epsilon vs retraining, MIA AUC, utility gap
+Parameters are typed (params.py: TrainParams, UnlearnParams, AuditParams), parsed once here from ctx.params.
+Branches: kind dpsgd_softmax trains and audit method hidden_state_canary audits in dpsgd_jobs.py; a moderation
+guard version (guard_heads.is_guard_config) is unlearned in guard_jobs.py. Every unlearning result carries its
+"guarantee" (certified (eps, delta) for a named mechanism, or audited_only).
 
 Model config convention for the linear kinds (what run_training registers, what run_unlearning reads):
   kind                 "logreg_l2" | "softmax_l2" | "ridge_l2" ("frozen_linear" heads are read as softmax_l2
