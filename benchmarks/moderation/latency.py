@@ -1,18 +1,19 @@
 """Moderation serving latency and throughput on loopback: ModerationService.Moderate (gRPC, dynamic batching)
-vs the same guard in kserve's ModelServer over OIP v2 gRPC, vs the bare forward pass (the floor), for 64- and
-256-token texts at concurrency 1, 8 and 64. Prints p50/p99 latency (ms), texts/s, and ratios to the floor.
+vs the same model in kserve's ModelServer over OIP v2 gRPC (the same ModerationEngine inside), vs the bare forward
+pass (the floor), for 64- and 256-token texts at concurrency 1, 8 and 64, for the guard and (--student) the
+distilled HarmAug student served by name. Prints p50/p99 latency (ms), texts/s, and ratios to the floor.
 
     .venv/bin/python benchmarks/moderation/latency.py [--requests 32] [--threads 1] [--csv out.csv]
     .venv/bin/python benchmarks/moderation/latency.py --quick        # a few requests per cell
 
 Every process (the service, the predictor, the floor) runs torch with --threads threads. Each request's text is
 unique (every sentence carries its own number), so the encoder's per-text cache never answers. Rows:
-  floor/forward   one MiniLM forward over the whole text in this process (the least work that reads the text)
-  floor/windows   decision.moderate_batch in this process: the sentence-window forwards the service runs
+  floor/forward   one MiniLM forward over the whole text in this process, one text at a time (the floor)
+  floor/engine    decision.moderate_items in this process (chunking + one forward per chunk + heads + decision)
   grpc            ModerationService.Moderate through the real server and interceptors (a subprocess)
-  kserve          the same guard as a kserve.Model in ModelServer, OIP v2 ModelInfer (a subprocess)
-Teacher vs student (HarmAug): pass --student to add rows for a distilled student (services/moderation/distill.py)
-next to the teacher, both in-process (a hook: the student is trained here with a small budget)."""
+  kserve          the same model as a kserve.Model in ModelServer, OIP v2 ModelInfer (a subprocess)
+  */student       the same for the distilled student (--student: trained here by the real distillation job)
+  proba/teacher, proba/student   whole-text predict_proba in-process, one text at a time (student speed-up)"""
 from __future__ import annotations
 
 import argparse
@@ -95,7 +96,7 @@ def run_inprocess(fn, texts: list[str]) -> dict:
             "n": len(lat)}
 
 
-def grpc_client(address: str, token: str):
+def grpc_client(address: str, token: str, ref=None):
     import grpc
 
     from praxon.moderation.v1 import moderation_pb2 as pb
@@ -106,7 +107,7 @@ def grpc_client(address: str, token: str):
     md = (("authorization", f"Bearer {token}"),)
 
     async def call(text: str):
-        return await stub.Moderate(pb.ModerateRequest(prompt=text), metadata=md, timeout=300)
+        return await stub.Moderate(pb.ModerateRequest(prompt=text, model=ref), metadata=md, timeout=300)
     return call, channel
 
 
@@ -183,18 +184,28 @@ def main() -> None:
                    "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
             port, kport, khttp = free_port(), free_port(), free_port()
             # `python -m services.moderation` == `praxon serve moderation`; the predictor as `praxon predictor` runs it
-            procs.append(spawn([sys.executable, "-m", "services.moderation", "--max-wait-ms", str(args.max_wait_ms),
-                                "--batch-workers", str(args.batch_workers)], tmp / "serve.log",
-                               env={**env, "PRAXON_GRPC__PORT": str(port), "PRAXON_LOG_LEVEL": "WARNING"}))
+            student = train_student_job(settings, tenant_id) if args.student else None
+            procs.append(spawn([sys.executable, "-c", "from services.cli.main import main; "
+                                "main(['serve', 'platform', 'moderation'])"], tmp / "serve.log",
+                               env={**env, "PRAXON_GRPC__PORT": str(port), "PRAXON_LOG_LEVEL": "WARNING",
+                                    "PRAXON_MODERATION__MAX_WAIT_MS": str(args.max_wait_ms),
+                                    "PRAXON_MODERATION__BATCH_WORKERS": str(args.batch_workers)}))
             procs.append(spawn([sys.executable, "-c", "from services.cli.serve import run_predictor; "
                                 "from services.common.settings import Settings; "
                                 f"run_predictor(Settings(), 'moderation', '{tenant_id}', 'guard:1', {khttp}, {kport})"],
                                tmp / "predictor.log", env=env))
-            rows += asyncio.run(bench_servers(f"127.0.0.1:{port}", f"127.0.0.1:{kport}", token, texts, concs,
-                                              per_cell, procs))
+            kaddr = {"": f"127.0.0.1:{kport}"}
+            if student is not None:
+                sk, sh = free_port(), free_port()
+                procs.append(spawn([sys.executable, "-c", "from services.cli.serve import run_predictor; "
+                                    "from services.common.settings import Settings; "
+                                    f"run_predictor(Settings(), 'moderation', '{tenant_id}', 'guard-student', {sh}, "
+                                    f"{sk})"], tmp / "predictor-student.log", env=env))
+                kaddr["/student"] = f"127.0.0.1:{sk}"
+            rows += asyncio.run(bench_servers(f"127.0.0.1:{port}", kaddr, token, texts, concs, per_cell, procs))
             rows += bench_floor(guard, texts, per_cell(1))
-            if args.student:
-                rows += bench_student(guard, texts, per_cell(1))
+            if student is not None:
+                rows += bench_student(guard, student, texts, per_cell(1))
     finally:
         for p in procs:
             stop(p)
@@ -224,33 +235,63 @@ def train_guard(settings, tenant_id):
     return guard, VersionInfo("guard", 1, str(row["id"]), guard.version)
 
 
-async def bench_servers(address: str, kaddress: str, token: str, texts, concs, per_cell, procs) -> list[dict]:
+def train_student_job(settings, tenant_id):
+    """The HarmAug student of guard v1 through the real distillation job (a reduced budget), in-process."""
+    from services.common.server import build_app_context
+    from services.moderation.distill import StudentGuard
+    from workers import runtime
+    from workers.runner import run_job
+
+    app = build_app_context(settings)
+    teacher = app.registry.resolve(tenant_id, "guard", 1)
+    job = app.jobs.submit(tenant_id, "moderation.distill", {"teacher_model_version_id": str(teacher["id"]),
+                                                            "model_name": "guard-student", "n_augment": 600,
+                                                            "epochs": 15, "train_plain": False})
+    runtime.configure(settings)
+    if run_job(runtime.get_runtime(), str(job["id"])) != "succeeded":
+        raise SystemExit("distillation failed")
+    row = app.registry.resolve(tenant_id, "guard-student", 1)
+    student = StudentGuard.from_registry(*app.registry.load_weights(tenant_id, row))
+    app.pool.close()
+    print(f"student {student.version} distilled from guard v1", flush=True)
+    return student
+
+
+async def bench_servers(address: str, kaddr: dict, token: str, texts, concs, per_cell, procs) -> list[dict]:
+    from praxon.common.v1 import common_pb2
+
     rows = []
-    g_call, g_channel = grpc_client(address, token)
-    k_call, k_client = kserve_client(kaddress)
-    await wait_ready(g_call, "ModerationService", procs[0])
-    await wait_ready(k_call, "kserve ModelServer", procs[1])
+    backends = []
+    g_channels = []
+    for suffix, kaddress in kaddr.items():
+        ref = common_pb2.ModelRef(name="guard-student" if suffix else "guard")
+        g_call, g_channel = grpc_client(address, token, ref)
+        k_call, k_client = kserve_client(kaddress)
+        await wait_ready(g_call, "ModerationService", procs[0])
+        await wait_ready(k_call, "kserve ModelServer", procs[1])
+        backends += [("grpc" + suffix, g_call), ("kserve" + suffix, k_call)]
+        g_channels += [g_channel, k_client]
     for n, pool in texts.items():
         offset = 0
         for c in concs:
             k = per_cell(c)
-            for name, call in (("grpc", g_call), ("kserve", k_call)):
-                batch = pool[offset:offset + k]  # a fresh slice per backend: no cache hits, same texts
+            for name, call in backends:
+                batch = pool[offset:offset + k]  # a fresh slice per cell, the same texts for every backend
                 await call(pool[-1])  # warm
                 res = await run_concurrent(call, batch, c)
                 rows.append({"backend": name, "tokens": n, "concurrency": c, **res})
                 print(f"  {name:14} {n:4} tok  c={c:<3} p50={res['p50_ms']:8.1f} ms  p99={res['p99_ms']:8.1f} ms  "
                       f"{res['texts_per_s']:7.1f} texts/s", flush=True)
             offset += k
-    await g_channel.close()
-    await k_client.close()
+    for ch in g_channels:
+        await ch.close()
     return rows
 
 
 def bench_floor(guard, texts, k: int) -> list[dict]:
     import torch
 
-    from services.moderation.decision import Thresholds, moderate_batch
+    from services.moderation.decision import Item, Thresholds, moderate_items
 
     enc = guard.encoder
     rows = []
@@ -261,9 +302,8 @@ def bench_floor(guard, texts, k: int) -> list[dict]:
         def forward(t):
             with torch.inference_mode():
                 enc.forward(enc.tokenize([t], padding=False))
-        enc.clear_cache()
         for name, fn in (("floor/forward", forward),
-                         ("floor/windows", lambda t: moderate_batch(guard, [t], ["prompt"], th))):
+                         ("floor/engine", lambda t: moderate_items(guard, [Item(t, "prompt")], th, batched=True))):
             fn(pool[0])
             enc.clear_cache()
             res = run_inprocess(fn, sample)
@@ -274,38 +314,32 @@ def bench_floor(guard, texts, k: int) -> list[dict]:
     return rows
 
 
-def bench_student(guard, texts, k: int) -> list[dict]:
-    """Hook for teacher vs student: trains a small HarmAug student on teacher labels of the seed set (no
-    augmentation, a few epochs) and times whole-text predict_proba of both, in-process."""
-    import numpy as np
-
-    from services.moderation.distill import StudentConfig, TrainConfig, train_student
-    from services.moderation.schema import load_seed_dataset
-
-    seed = [r for r in load_seed_dataset() if r.split == "train"]
-    tl = guard.predict_proba([r.text for r in seed], [r.role for r in seed])
-    student = train_student([r.text for r in seed], [r.role for r in seed],
-                            np.array([int(r.unsafe) for r in seed]), tl, StudentConfig(), TrainConfig(epochs=5))
+def bench_student(guard, student, texts, k: int) -> list[dict]:
+    """Teacher vs student whole-text predict_proba, one text at a time, in-process (the per-text speed-up)."""
     rows = []
     for n, pool in texts.items():
         sample = pool[-(k + 1):-1]
-        for name, model in (("teacher/proba", guard), ("student/proba", student)):
+        for name, model in (("proba/teacher", guard), ("proba/student", student)):
             guard.encoder.clear_cache()
             res = run_inprocess(lambda t, m=model: m.predict_proba([t], ["prompt"]), sample)
             rows.append({"backend": name, "tokens": n, "concurrency": 1, **res})
+        t, s_ = rows[-2], rows[-1]
+        print(f"  student vs teacher, {n} tokens: {t['p50_ms'] / s_['p50_ms']:.1f}x faster per text (p50)",
+              flush=True)
     return rows
 
 
 def report(rows: list[dict], args) -> None:
-    floor = {(r["tokens"]): r for r in rows if r["backend"] == "floor/windows"}
-    print("\n| backend | tokens | concurrency | p50 ms | p99 ms | texts/s | p50 / floor | texts/s vs kserve |")
+    floor = {(r["tokens"]): r for r in rows if r["backend"] == "floor/forward"}
+    print("\n| backend | tokens | concurrency | p50 ms | p99 ms | texts/s | texts/s / floor | texts/s vs kserve |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    kserve = {(r["tokens"], r["concurrency"]): r for r in rows if r["backend"] == "kserve"}
+    kserve = {(r["backend"].replace("kserve", "grpc"), r["tokens"], r["concurrency"]): r for r in rows
+              if r["backend"].startswith("kserve")}
     for r in rows:
         f = floor.get(r["tokens"])
-        ratio = f"{r['p50_ms'] / f['p50_ms']:.2f}x" if f else "-"
-        k = kserve.get((r["tokens"], r["concurrency"]))
-        vs = f"{r['texts_per_s'] / k['texts_per_s']:.2f}x" if (k and r["backend"] == "grpc") else "-"
+        ratio = f"{r['texts_per_s'] / f['texts_per_s']:.2f}x" if f else "-"
+        k = kserve.get((r["backend"], r["tokens"], r["concurrency"]))
+        vs = f"{r['texts_per_s'] / k['texts_per_s']:.2f}x" if (k and r["backend"].startswith("grpc")) else "-"
         print(f"| {r['backend']} | {r['tokens']} | {r['concurrency']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
               f"{r['texts_per_s']:.1f} | {ratio} | {vs} |")
     if args.csv:
