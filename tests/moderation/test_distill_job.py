@@ -106,7 +106,7 @@ def test_distillation_bad_params(guard):
     for params, field in [({"epochs": 0}, "params.epochs"), ({"n_augment": -1}, "params.n_augment"),
                           ({"dim": 2}, "params.dim"), ({"augment": "yes"}, "params.augment"),
                           ({"format": "csv"}, "params.format"), ({"lr": 0}, "params.lr"),
-                          ({"train_plain": False, "n_augment": 0}, "params.n_augment")]:
+                          ({"train_plain": False, "n_augment": 0}, "params.train_plain")]:
         ctx, _ = _ctx(guard, **params)
         with pytest.raises(InvalidArgument) as e:
             run_distillation(ctx)
