@@ -24,6 +24,9 @@ from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
+from services.common import oip
+from services.common.oip import TensorSpec
+
 from services.common.errors import InvalidArgument
 from services.common.serving import RefKey
 from services.moderation.decision import Item
@@ -97,6 +100,20 @@ class GuardPredictor(Model):
                 raise InvalidInput(f"prompt[{i}] must be a non-empty text of at most {MAX_TEXT_CHARS} characters")
         return [Item(t, r, p or None) for t, r, p in zip(texts, roles, prompts, strict=True)]
 
+    INPUTS = (TensorSpec("text", "BYTES", (-1,)),
+              TensorSpec("role", "BYTES", (-1,)),
+              TensorSpec("prompt", "BYTES", (-1,)))
+    OUTPUTS = (TensorSpec("unsafe_score", "FP64", (-1,)),
+              TensorSpec("topic_scores", "FP64", (-1, N_TOPICS)),
+              TensorSpec("severity", "INT32", (-1, N_TOPICS)),
+              TensorSpec("blocked", "BOOL", (-1,)))
+
+    def get_input_types(self) -> list[dict]:
+        return [t.as_metadata() for t in self.INPUTS]
+
+    def get_output_types(self) -> list[dict]:
+        return [t.as_metadata() for t in self.OUTPUTS]
+
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:
         if not self.ready:
@@ -122,7 +139,7 @@ class GuardPredictor(Model):
             outputs.append(o)
         params = {"model_version": loaded.info.fingerprint, "model_version_id": loaded.info.model_version_id,
                   "registry_version": str(loaded.info.version), "model_kind": str(loaded.config.get("kind", ""))}
-        return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
+        return oip.response(payload, response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
                              infer_outputs=outputs, model_version=loaded.info.fingerprint, parameters=params)
 
 
@@ -130,14 +147,14 @@ def build(settings, tenant_id: str, model_ref: str) -> GuardPredictor:
     """PREDICTORS["moderation"]: a ready predictor for a registered guard or student of a tenant ("name", "name:3"
     or "name@alias"; neither: the default alias "production", else the latest version), over a ModerationEngine
     with its own database pool (thresholds and the registry)."""
-    from services.common import db  # noqa: PLC0415
-    from services.common.registry import Registry  # noqa: PLC0415
-    from services.common.serving import parse_model_ref  # noqa: PLC0415
-    from services.common.spec import service_settings  # noqa: PLC0415
-    from services.common.store import ArtifactStore  # noqa: PLC0415
-    from services.moderation.engine import ModerationEngine  # noqa: PLC0415
-    from services.moderation.policy_store import ModerationStore  # noqa: PLC0415
-    from services.moderation.settings import ServingConfig  # noqa: PLC0415
+    from services.common import db
+    from services.common.registry import Registry
+    from services.common.serving import parse_model_ref
+    from services.common.spec import service_settings
+    from services.common.store import ArtifactStore
+    from services.moderation.engine import ModerationEngine
+    from services.moderation.policy_store import ModerationStore
+    from services.moderation.settings import ServingConfig
 
     config = service_settings(settings, "moderation", ServingConfig)
     name, version, alias = parse_model_ref(model_ref, config.default_guard)

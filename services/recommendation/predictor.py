@@ -25,6 +25,9 @@ from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
+from services.common import oip
+from services.common.oip import TensorSpec
+
 from services.recommendation.serving import Loaded, ServingConfig, rows_from
 
 MAX_ROWS = 1024
@@ -107,6 +110,20 @@ class RecommendationPredictor(Model):
         return {"item_index": idx, "score": score, "item_id": item,
                 "fallback": np.array([row.scored_by != "model" for row in rows], dtype=bool)}
 
+    INPUTS = (TensorSpec("history", "INT64", (-1, -1)),
+              TensorSpec("k", "INT32", (1,)),
+              TensorSpec("exclude_seen", "BOOL", (1,)))
+    OUTPUTS = (TensorSpec("item_index", "INT64", (-1, -1)),
+              TensorSpec("score", "FP32", (-1, -1)),
+              TensorSpec("item_id", "BYTES", (-1, -1)),
+              TensorSpec("fallback", "BOOL", (-1,)))
+
+    def get_input_types(self) -> list[dict]:
+        return [t.as_metadata() for t in self.INPUTS]
+
+    def get_output_types(self) -> list[dict]:
+        return [t.as_metadata() for t in self.OUTPUTS]
+
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:
         if not self.ready:
@@ -126,7 +143,7 @@ class RecommendationPredictor(Model):
         i = loaded.info
         params = {"model_name": i.name, "registry_version": str(i.version), "model_version_id": i.model_version_id,
                   "model_kind": i.model_kind, "catalogue_size": str(i.catalogue_size)}
-        return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
+        return oip.response(payload, response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
                              infer_outputs=outputs, model_version=str(i.version), parameters=params)
 
 

@@ -534,6 +534,7 @@ def test_predictor_served_by_kserve_model_server_over_oip_v2_grpc(env, tmp_path)
                 return s.connect_ex(("127.0.0.1", grpc_port)) == 0
         harness.wait_for(listening, timeout=90, interval=0.3, what="the kserve ModelServer")
         resp = asyncio.run(infer())
+        triton = _tritonclient_answers(http, grpc_port, rows)
     finally:
         proc.terminate()
         proc.wait(20)
@@ -545,6 +546,56 @@ def test_predictor_served_by_kserve_model_server_over_oip_v2_grpc(env, tmp_path)
     assert [[x.decode() for x in row] for row in out["item_id"].tolist()] == want.ids
     params = {k: getattr(v, "string_param", v) for k, v in resp.parameters.items()}
     assert params["registry_version"] == "2" and params["model_kind"] == "sasrec_ce"
+    # clients written elsewhere read the same answers and the model's metadata, over gRPC and HTTP
+    for proto, (got, meta) in triton.items():
+        assert got["item_index"] == want.item_indices.tolist(), proto
+        assert got["score"] == want.scores.tolist(), proto
+        assert got["item_id"] == want.ids, proto
+        assert got["fallback"] == [False] * 4 + [True], proto
+        assert meta["inputs"] == ["history", "k", "exclude_seen"], proto
+        assert meta["outputs"] == {"item_index": "INT64", "score": "FP32", "item_id": "BYTES", "fallback": "BOOL"}
+
+
+def _tritonclient_answers(http_port: int, grpc_port: int, rows) -> dict:
+    """tritonclient's gRPC and HTTP clients against the predictor: outputs and metadata. In a process of its own:
+    tritonclient's and kserve's generated OIP messages cannot share one protobuf descriptor pool."""
+    import json
+    import subprocess
+
+    script = TRITON_CLIENT_SCRIPT % {"grpc": f"127.0.0.1:{grpc_port}", "http": f"127.0.0.1:{http_port}",
+                                     "rows": json.dumps(rows)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {proto: (res["outputs"], res["meta"]) for proto, res in json.loads(out.stdout).items()}
+
+
+TRITON_CLIENT_SCRIPT = """
+import json
+import numpy as np
+import tritonclient.grpc as tg
+import tritonclient.http as th
+rows = %(rows)s
+out = {}
+for proto, mod, url in (("grpc", tg, "%(grpc)s"), ("http", th, "%(http)s")):
+    client = mod.InferenceServerClient(url)
+    inputs = [mod.InferInput("history", [len(rows), len(rows[0])], "INT64"), mod.InferInput("k", [1], "INT32"),
+              mod.InferInput("exclude_seen", [1], "BOOL")]
+    inputs[0].set_data_from_numpy(np.array(rows, dtype=np.int64))
+    inputs[1].set_data_from_numpy(np.array([6], dtype=np.int32))
+    inputs[2].set_data_from_numpy(np.array([True]))
+    result = client.infer("recommendation", inputs)
+    outputs = {n: result.as_numpy(n).tolist() for n in ("item_index", "score", "fallback")}
+    outputs["item_id"] = [[x.decode() for x in r] for r in result.as_numpy("item_id").tolist()]
+    meta = client.get_model_metadata("recommendation")
+    if proto == "grpc":
+        meta = {"inputs": [i.name for i in meta.inputs], "outputs": {o.name: o.datatype for o in meta.outputs}}
+    else:
+        meta = {"inputs": [i["name"] for i in meta["inputs"]],
+                "outputs": {o["name"]: o["datatype"] for o in meta["outputs"]}}
+    client.close()
+    out[proto] = {"outputs": outputs, "meta": meta}
+print(json.dumps(out))
+"""
 
 
 # ---------------------------------------------------------------------------------------------- CLI
