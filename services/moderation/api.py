@@ -157,7 +157,7 @@ def policy_message(sp: StoredPolicy) -> pb.Policy:
 
 
 def policy_from_source(policy_id: str, source: pb.PolicySource, field: str = "source"):
-    from services.moderation.policies import parse_policy_text, validate_policy  # noqa: PLC0415
+    from services.moderation.policies import parse_policy_text, validate_policy
 
     check_policy_id(policy_id)
     if source.chunks and source.text:

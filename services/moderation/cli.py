@@ -9,19 +9,19 @@ SEVERITY_NAMES = ("negligible", "low", "risk", "high", "extreme")
 
 
 def _stub(target):
-    from praxon.moderation.v1 import moderation_pb2_grpc  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2_grpc
 
     return moderation_pb2_grpc.ModerationServiceStub(target.channel())
 
 
 def _target(args):
-    from services.common.client import resolve_target  # noqa: PLC0415
+    from services.common.client import resolve_target
 
     return resolve_target(args.address, args.token, args.data_dir)
 
 
 def _model_ref(text: str | None, default: str = ""):
-    from services.common.client import model_ref  # noqa: PLC0415 - no torch
+    from services.common.client import model_ref
 
     return model_ref(text, default) if text else None
 
@@ -49,7 +49,7 @@ def format_result(label: str, r, out=None) -> None:
 
 
 def cmd_check(args) -> None:
-    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2 as pb
 
     target = _target(args)
     prompt = args.prompt if args.prompt is not None else (args.text if args.text is not None else None)
@@ -74,8 +74,8 @@ def cmd_check(args) -> None:
 
 
 def _watch_job(target, job, what: str) -> None:
-    from services.common.client import wait_for_success  # noqa: PLC0415
-    from services.common.convert import from_struct  # noqa: PLC0415
+    from services.common.client import wait_for_success
+    from services.common.convert import from_struct
 
     job = wait_for_success(target, job, what)
     models = ", ".join(f"{m.name} v{m.version}" for m in job.models)
@@ -84,7 +84,7 @@ def _watch_job(target, job, what: str) -> None:
 
 
 def cmd_train_guard(args) -> None:
-    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2 as pb
 
     target = _target(args)
     req = pb.StartGuardTrainingJobRequest(
@@ -100,7 +100,7 @@ def cmd_train_guard(args) -> None:
 
 
 def cmd_train_scorer(args) -> None:
-    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2 as pb
 
     target = _target(args)
     req = pb.StartPolicyScorerTrainingJobRequest(dataset_artifact_id=args.dataset or "", model_name=args.name,
@@ -110,7 +110,7 @@ def cmd_train_scorer(args) -> None:
 
 
 def cmd_policies(args) -> None:
-    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2 as pb
 
     target = _target(args)
     stub = _stub(target)
@@ -141,7 +141,7 @@ def cmd_policies(args) -> None:
 
 
 def cmd_thresholds(args) -> None:
-    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
+    from praxon.moderation.v1 import moderation_pb2 as pb
 
     target = _target(args)
     stub = _stub(target)
@@ -228,14 +228,14 @@ DEMO_TEXTS = [
 
 def demo(target) -> None:
     """`praxon demo` step: train the guard from the seed set (frozen_linear), promote it to production, moderate."""
-    import time  # noqa: PLC0415
+    import time
 
-    import grpc  # noqa: PLC0415
+    import grpc
 
-    from praxon.models.v1 import models_pb2, models_pb2_grpc  # noqa: PLC0415
-    from praxon.moderation.v1 import moderation_pb2 as pb  # noqa: PLC0415
-    from services.common.client import state_name, watch  # noqa: PLC0415
-    from services.common.convert import from_struct  # noqa: PLC0415
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
+    from praxon.moderation.v1 import moderation_pb2 as pb
+    from services.common.client import state_name, watch
+    from services.common.convert import from_struct
 
     stub = _stub(target)
     job = stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(model_name="guard",

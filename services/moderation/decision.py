@@ -222,9 +222,9 @@ def count_tokens(sentences: Sequence[str]) -> list[int]:
     global _TOKENIZER
     with _TOKENIZER_LOCK:
         if _TOKENIZER is None:
-            from transformers import AutoTokenizer  # noqa: PLC0415
+            from transformers import AutoTokenizer
 
-            from services.moderation.encoder import base_model_path  # noqa: PLC0415
+            from services.moderation.encoder import base_model_path
 
             _TOKENIZER = AutoTokenizer.from_pretrained(base_model_path(), local_files_only=True)
         tok = _TOKENIZER
@@ -298,7 +298,7 @@ def model_scorer(model: Any) -> Score:
         return score_student
 
     def score_guard(texts, roles, contexts, batched):
-        from services.moderation.guard import context_mask  # noqa: PLC0415
+        from services.moderation.guard import context_mask
 
         mask = context_mask(roles, contexts)
         uniq: dict[str, int] = {}
@@ -328,7 +328,7 @@ def moderate_items(model: Any, items: Sequence[Item], thresholds: Thresholds, *,
                    decision_defaults: Mapping[str, Any] | None = None) -> list[ModerationResult]:
     """Moderate many texts at once (the engine's dynamic batcher calls this with batched=True). Every chunk of
     every text, with its context, is scored in one call; identical (chunk, role, context) are scored once."""
-    from services.moderation.guard import validate_roles  # noqa: PLC0415
+    from services.moderation.guard import validate_roles
 
     for i, it in enumerate(items):
         validate_text(it.text, f"texts[{i}]")

@@ -76,7 +76,7 @@ class ModerationEngine:
         return loaded, await self.batcher.submit_many(loaded.obj, list(items), th)
 
     async def open_stream(self, tenant: str, key: RefKey, role: str, prompt: str | None = None):
-        from services.moderation.stream import StreamModerator  # noqa: PLC0415
+        from services.moderation.stream import StreamModerator
 
         loaded = await self.model(key)
         th = (await self.thresholds(tenant)).thresholds
@@ -107,8 +107,8 @@ class ModerationEngine:
     def annotate(items: Sequence[Item], guard: Loaded, extras: Extras) -> list[Annotation]:
         """Policy verdicts and severity prediction sets (blocking; run in a thread). A response with a prompt is
         checked against the policies with the prompt as context (policies.evaluate_policies)."""
-        from services.moderation.encoder import get_base_encoder  # noqa: PLC0415
-        from services.moderation.policies import evaluate_policies  # noqa: PLC0415
+        from services.moderation.encoder import get_base_encoder
+        from services.moderation.policies import evaluate_policies
 
         versions = {sp.policy.policy_id: sp.version for sp in extras.policies}
         out = []

@@ -58,11 +58,11 @@ def run_grouped(items: Sequence[Item]) -> list[ModerationResult | BaseException]
             res = decision.moderate_items(model, [items[i][1] for i in idx], th, batched=True)
             for i, r in zip(idx, res, strict=True):
                 out[i] = r
-        except Exception:  # noqa: BLE001 - isolate the failing item(s)
+        except Exception:
             for i in idx:
                 try:
                     out[i] = decision.moderate_items(model, [items[i][1]], th, batched=True)[0]
-                except Exception as exc:  # noqa: BLE001 - delivered to that request's caller
+                except Exception as exc:
                     out[i] = exc
     return out
 
@@ -92,11 +92,11 @@ def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
     HarmAug student (StudentGuard: "guard.student"); both answer Moderate, ModerateBatch, ModerateStream and the
     predictor, and the answer names the kind."""
     if config.get("kind") == "guard.student":
-        from services.moderation.distill import StudentGuard  # noqa: PLC0415
+        from services.moderation.distill import StudentGuard
 
         student = StudentGuard.from_registry(tensors, config)
         return loaded(student, student.version, config, row)
-    from services.moderation.guard import GuardModel  # noqa: PLC0415 - torch/transformers only when serving
+    from services.moderation.guard import GuardModel
 
     if config.get("kind") not in ("frozen_linear", "finetune"):
         raise FailedPrecondition(f"model {row.get('name')!r} v{row.get('version')} is a {config.get('kind')!r}, "
@@ -106,9 +106,9 @@ def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
 
 
 def build_scorer(tensors: dict, config: dict, row: dict) -> Loaded:
-    import hashlib  # noqa: PLC0415
+    import hashlib
 
-    from services.moderation.policies import PolicyScorer  # noqa: PLC0415
+    from services.moderation.policies import PolicyScorer
 
     scorer = PolicyScorer.from_registry(tensors, config)
     digest = hashlib.sha256(scorer.w.tobytes() + repr(scorer.b).encode()).hexdigest()[:16]
@@ -117,7 +117,7 @@ def build_scorer(tensors: dict, config: dict, row: dict) -> Loaded:
 
 def build_conformal(tensors: dict, config: dict, row: dict) -> Loaded:
     try:
-        from services.moderation.conformal import ConformalSeverity  # noqa: PLC0415
+        from services.moderation.conformal import ConformalSeverity
     except ImportError:
         raise FailedPrecondition("conformal calibration is not available in this build",
                                  reason="CALIBRATION_UNAVAILABLE") from None

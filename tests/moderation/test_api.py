@@ -624,7 +624,7 @@ def test_alias_move_hot_swaps_without_failed_requests(mod_env):
         while not stop.is_set():
             try:
                 versions.append(stub.Moderate(req, metadata=md, timeout=30).model.version)
-            except grpc.RpcError as err:  # noqa: PERF203
+            except grpc.RpcError as err:
                 errors.append(err)
     threads = [threading.Thread(target=hammer) for _ in range(4)]
     for t in threads:

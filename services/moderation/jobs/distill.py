@@ -123,7 +123,7 @@ def run_distillation(ctx: JobContext) -> dict[str, Any]:
             ctx.save_checkpoint(st)
     assert student is not None
     if val:  # the student's own decision defaults, chosen on the validation split like the teacher's
-        from services.moderation.decision import choose_defaults  # noqa: PLC0415
+        from services.moderation.decision import choose_defaults
 
         pv_all = student.predict_proba([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
         defaults = choose_defaults(pv_all, val, target_false_block_rate=float(

@@ -53,7 +53,7 @@ def example_features(ctx: JobContext | None, rows: list[GuardExample], lo: float
 
 
 def run_guard_training(ctx: JobContext) -> dict[str, Any]:
-    from services.moderation.decision import choose_defaults  # noqa: PLC0415
+    from services.moderation.decision import choose_defaults
 
     p = parse_params(GuardTrainParams, ctx.params, prefix="params.")
     rows = load_examples(ctx, p.dataset_artifact_id, p.format)
