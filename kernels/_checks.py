@@ -16,7 +16,7 @@ BACKENDS = ("auto", "reference", "triton")
 
 def check_tensor(name: str, x, *, ndim: int | None = None, dtypes=FLOAT_DTYPES) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")  # noqa: TRY004 (API: ValueError)
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")  # (API: ValueError)
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     if dtypes is not None and x.dtype not in dtypes:
@@ -50,7 +50,7 @@ def check_int(name: str, value, *, lo: int | None = None, hi: int | None = None)
 def check_float(name: str, value, *, lo: float | None = None, hi: float | None = None,
                 lo_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {type(value).__name__}")  # noqa: TRY004 (API: ValueError)
+        raise ValueError(f"{name} must be a number, got {type(value).__name__}")  # (API: ValueError)
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")

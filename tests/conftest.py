@@ -6,12 +6,12 @@ if not os.environ.get("TRITON_INTERPRET"):
 
     os.environ["TRITON_INTERPRET"] = "0" if torch.cuda.is_available() else "1"
 
-import random  # noqa: E402
-import uuid  # noqa: E402
+import random
+import uuid
 
-import pytest  # noqa: E402
+import pytest
 
-from tests import harness  # noqa: E402
+from tests import harness
 
 
 @pytest.fixture(scope="session")

@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from services.common.jobcontext import InMemoryJobContext, run_steps  # noqa: E402
-from services.generation import corpus  # noqa: E402
-from services.generation.engine import Engine, SamplingParams  # noqa: E402
-from services.generation.evaluation import retrieval_accuracy  # noqa: E402
-from services.generation.kvpolicy import CachePolicy  # noqa: E402
+from services.common.jobcontext import InMemoryJobContext, run_steps
+from services.generation import corpus
+from services.generation.engine import Engine, SamplingParams
+from services.generation.evaluation import retrieval_accuracy
+from services.generation.kvpolicy import CachePolicy
 
 POLICIES = ("none", "vl_cache", "h2o", "streaming_llm")
 RETENTIONS = (0.05, 0.10, 0.25, 0.50, 1.0)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from services.generation import corpus  # noqa: E402
-from services.generation.engine import Engine, Finished, Request, SamplingParams  # noqa: E402
-from services.generation.kvpolicy import CachePolicy  # noqa: E402
+from services.generation import corpus
+from services.generation.engine import Engine, Finished, Request, SamplingParams
+from services.generation.kvpolicy import CachePolicy
 
 
 def model_and_tokenizer(path: str | None):

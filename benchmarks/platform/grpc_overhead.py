@@ -15,18 +15,18 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests import harness  # noqa: E402
+from tests import harness
 
 PING = "/bench.Echo/Ping"
 
 
-def echo_registrar(server, app):  # noqa: ARG001
+def echo_registrar(server, app):
     handler = grpc.unary_unary_rpc_method_handler(_echo, request_deserializer=None, response_serializer=None)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {"Ping": handler}),))
     return []
 
 
-async def _echo(request: bytes, context) -> bytes:  # noqa: ARG001
+async def _echo(request: bytes, context) -> bytes:
     return request
 
 

@@ -2,7 +2,7 @@
 from services.common.spec import JobKind, ServiceSpec
 
 
-def run_noop(ctx) -> dict:  # noqa: ARG001
+def run_noop(ctx) -> dict:
     return {}
 
 

@@ -28,14 +28,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.unlearning import approximate, audit, certified, robust  # noqa: E402
-from services.unlearning.linear import LinearProblem  # noqa: E402
-from services.unlearning.synthetic import blobs, regression, shift_labels  # noqa: E402
+from services.unlearning import approximate, audit, certified, robust
+from services.unlearning.linear import LinearProblem
+from services.unlearning.synthetic import blobs, regression, shift_labels
 
 
-def _timed(fn):
+def _timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - t
 
 
@@ -74,14 +74,14 @@ def convex_rows(args) -> list[dict]:
                 yy = y if dist == "ID" else shift_labels(y, idx, num_classes=1 if kind == "ridge_l2" else classes,
                                                          offset=args.offset)
                 tr = certified.train_certified(p, X, yy, **kw)
-                un, t_un = _timed(lambda: certified.unlearn_certified(p, X[keep], yy[keep], tr.theta_private,
-                                                                      **kw))
-                re, t_re = _timed(lambda: certified.retrain_certified(p, X[keep], yy[keep], **kw))
-                rob, t_rob_tr = _timed(lambda: robust.robust_train(p, X, yy, trim=robust.trim_count(args.n, f),
-                                                                    seed=0, max_steps=args.robust_steps))
-                unr, t_unr = _timed(lambda: certified.unlearn_certified(p, X[keep], yy[keep], rob.theta, **kw))
+                un, t_un = _timed(certified.unlearn_certified, p, X[keep], yy[keep], tr.theta_private, **kw)
+                re, t_re = _timed(certified.retrain_certified, p, X[keep], yy[keep], **kw)
+                rob, t_rob_tr = _timed(robust.robust_train, p, X, yy, trim=robust.trim_count(args.n, f), seed=0,
+                                       max_steps=args.robust_steps)
+                unr, t_unr = _timed(certified.unlearn_certified, p, X[keep], yy[keep], rob.theta, **kw)
                 reg = robust.classify_request(p, X[keep], yy[keep], tr.theta_private, radius=args.r)
-                per = lambda th: (lambda A, b: p.per_example_loss(th, A, b))  # noqa: E731
+                def per(th, problem=p):
+                    return lambda A, b: problem.per_example_loss(th, A, b)
                 ok = audit.audit_gaussian_outputs(un.theta_private, re.theta_private, un.certificate.sigma,
                                                   runs=args.runs, delta=args.delta, seed=3,
                                                   claimed_epsilon=args.epsilon)
@@ -134,13 +134,13 @@ def mlp_rows(args) -> list[dict]:
             approximate.sgd(base, loss, X, yy, steps=steps, lr=lr, batch_size=bs, seed=0)
             un = fresh()
             un.load_state_dict(base.state_dict())
-            r_un, t_un = _timed(lambda: approximate.unlearn_approximate(
-                "noisy_finetune", un, loss, retain=(X[keep], yy[keep]), forget=(X[~keep], yy[~keep]),
-                steps=steps // 4, lr=lr / 2, batch_size=bs, seed=1, noise_std=1e-3))
+            r_un, t_un = _timed(
+                approximate.unlearn_approximate, "noisy_finetune", un, loss, retain=(X[keep], yy[keep]), forget=(X[~keep], yy[~keep]),
+                steps=steps // 4, lr=lr / 2, batch_size=bs, seed=1, noise_std=1e-3)
             re = fresh()
-            r_re, t_re = _timed(lambda: approximate.unlearn_approximate(
-                "retrain", re, loss, retain=(X[keep], yy[keep]), forget=(X[~keep], yy[~keep]), steps=steps,
-                lr=lr, batch_size=bs, seed=2))
+            r_re, t_re = _timed(
+                approximate.unlearn_approximate, "retrain", re, loss, retain=(X[keep], yy[keep]), forget=(X[~keep], yy[~keep]), steps=steps,
+                lr=lr, batch_size=bs, seed=2)
             per = lambda m: approximate.per_example_loss_fn(m, loss)  # noqa: E731
             Xf, yf = X[~keep], yy[~keep]
             rows.append({

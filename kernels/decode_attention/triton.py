@@ -79,17 +79,17 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, scale: float | None = 
     lengths = lengths.to(torch.int32).contiguous()
     o = torch.empty(B, Hkv, splits, BG, Dv, dtype=torch.float32, device=q.device)
     mx = torch.empty(B, Hkv, splits, BG, dtype=torch.float32, device=q.device)
-    l = torch.empty_like(mx)
+    denom = torch.empty_like(mx)
     _decode_kernel[(B, Hkv, splits)](
-        q, k_cache, v_cache, lengths, o, mx, l, Hkv, D, Dv, n_per_split, scale,
+        q, k_cache, v_cache, lengths, o, mx, denom, Hkv, D, Dv, n_per_split, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), lengths.stride(0),
         G=G, BG=BG, BN=BN, BD=BD, BDV=BDV)
-    o, mx, l = o[:, :, :, :G], mx[:, :, :, :G], l[:, :, :, :G]
+    o, mx, denom = o[:, :, :, :G], mx[:, :, :, :G], denom[:, :, :, :G]
     top = mx.amax(dim=2, keepdim=True)
     w = torch.exp(mx - top.clamp_min(torch.finfo(torch.float32).min))  # splits that saw nothing: exp(-inf) = 0
     w = torch.nan_to_num(w, nan=0.0)
     num = (o * w[..., None]).sum(dim=2)  # [B, Hkv, G, Dv]
-    den = (l * w).sum(dim=2)[..., None]
+    den = (denom * w).sum(dim=2)[..., None]
     out = num / den.clamp_min(1e-30)
     return out.reshape(B, H, Dv).to(q.dtype)

@@ -57,7 +57,7 @@ class _PreferDiffTriton(torch.autograd.Function):
 def preferdiff_loss(pred_pos: torch.Tensor, target_pos: torch.Tensor, pred_neg: torch.Tensor,
                     target_neg: torch.Tensor, lam: float = 0.4, gamma: float = 5.0, *, eps: float = EPS,
                     return_terms: bool = False, backend: str = "auto"):
-    tensors = dict(zip(_NAMES, (pred_pos, target_pos, pred_neg, target_neg)))
+    tensors = dict(zip(_NAMES, (pred_pos, target_pos, pred_neg, target_neg), strict=True))
     for name, t in tensors.items():
         check_tensor(name, t, ndim=2)
     shape, dtype = pred_pos.shape, pred_pos.dtype

@@ -56,7 +56,7 @@ def _topk_kernel(q_ptr, t_ptr, ex_ptr, out_ptr,
                 acc = tl.dot(q, t, acc, input_precision="ieee")
             else:
                 acc = tl.dot(q, t, acc)
-        acc = tl.where((acc != acc) | (acc == float("-inf")), LOW, acc)  # noqa: PLR0124 (NaN test)
+        acc = tl.where((acc != acc) | (acc == float("-inf")), LOW, acc)  # (NaN test)
         bits = acc.to(tl.int32, bitcast=True)
         ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
         low = tl.full((BN,), 4294967295, tl.int64) - cols.to(tl.int64)  # lower id -> larger key

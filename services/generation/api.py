@@ -67,8 +67,8 @@ except ValueError:  # already registered (module reloaded)
 
 def build_loaded(config_: GenerationConfig):
     def build(tensors: dict, config: dict, row: dict) -> LoadedLM:
-        from services.common import hf  # noqa: PLC0415
-        from services.generation.engine import Engine  # noqa: PLC0415
+        from services.common import hf
+        from services.generation.engine import Engine
 
         hf.check_version_config(config)
         model, tokenizer = hf.load_model(tensors, config)
@@ -89,7 +89,7 @@ def _finite(value: float, field: str) -> float:
 
 
 def sampling_of(s: pb.SamplingParams, cfg: GenerationConfig):
-    from services.generation.engine import SamplingParams  # noqa: PLC0415
+    from services.generation.engine import SamplingParams
 
     f = "sampling."
     max_new = s.max_new_tokens if s.HasField("max_new_tokens") else 64
@@ -123,7 +123,7 @@ def sampling_of(s: pb.SamplingParams, cfg: GenerationConfig):
 
 
 def policy_of(k: pb.KvCompression, has: bool):
-    from services.generation.kvpolicy import CachePolicy  # noqa: PLC0415
+    from services.generation.kvpolicy import CachePolicy
 
     f = "kv_compression."
     if not has:
@@ -212,9 +212,9 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
         parse_params(ImportParams, params, field_paths={"model_name": "model_name", "path": "path",
                                                         "artifact_id": "artifact_id"})
         if source == "path":
-            from pathlib import Path  # noqa: PLC0415
+            from pathlib import Path
 
-            from services.generation.jobs import check_local_path  # noqa: PLC0415
+            from services.generation.jobs import check_local_path
             check_local_path(request.path, [Path(r).resolve() for r in self.config.import_roots], "path")
 
         def work():
@@ -246,7 +246,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
 
     async def _run(self, loaded: LoadedLM, ids, sampling, policy, context):
         """Submit and yield engine events; cancels the request when the caller goes away or its deadline passes."""
-        from services.generation.engine import Finished, Request  # noqa: PLC0415
+        from services.generation.engine import Finished, Request
 
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -271,7 +271,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             req.cancel()  # no-op when finished; frees the sequence when the client left mid-generation
 
     async def Generate(self, request, context):
-        from services.generation.engine import Finished  # noqa: PLC0415
+        from services.generation.engine import Finished
 
         loaded, ids, sampling, policy = await self._prepare(request)
         tokens = []
@@ -282,7 +282,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             tokens.append(token_message(e))
 
     async def GenerateStream(self, request, context):
-        from services.generation.engine import Finished  # noqa: PLC0415
+        from services.generation.engine import Finished
 
         loaded, ids, sampling, policy = await self._prepare(request)
         first = True

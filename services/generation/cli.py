@@ -18,26 +18,26 @@ POLICY_NAMES = ("none", "vl_cache", "h2o", "streaming_llm")
 
 
 def _stub(target):
-    from praxon.generation.v1 import generation_pb2_grpc  # noqa: PLC0415
+    from praxon.generation.v1 import generation_pb2_grpc
 
     return generation_pb2_grpc.GenerationServiceStub(target.channel())
 
 
 def _target(args):
-    from services.common.client import resolve_target  # noqa: PLC0415
+    from services.common.client import resolve_target
 
     return resolve_target(args.address, args.token, args.data_dir)
 
 
 def _model_ref(text: str | None):
-    from services.common.client import model_ref  # noqa: PLC0415
-    from services.generation.settings import GenerationConfig  # noqa: PLC0415 - light: no torch
+    from services.common.client import model_ref
+    from services.generation.settings import GenerationConfig  # light: no torch
 
     return model_ref(text, GenerationConfig().default_model)
 
 
 def train(target, name: str, params: dict, *, corpus: Path | None = None, out=None):
-    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+    from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
     req = pb.StartLanguageModelTrainingJobRequest(model_name=name, params=pb.LanguageModelTrainingParams(**params))
@@ -56,7 +56,7 @@ def train(target, name: str, params: dict, *, corpus: Path | None = None, out=No
 
 def import_model(target, name: str, *, path: str | None = None, directory: Path | None = None, out=None):
     """Import from a path on the workers (path) or upload a local directory as a .tar.gz (directory)."""
-    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+    from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
     req = pb.StartImportLanguageModelJobRequest(model_name=name)
@@ -81,7 +81,7 @@ def import_model(target, name: str, *, path: str | None = None, directory: Path 
 
 def request(prompt: str, *, model=None, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
             top_k: int = 0, seed: int | None = None, stop=(), policy: str = "none", retention: float = 1.0):
-    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+    from praxon.generation.v1 import generation_pb2 as pb
 
     sampling = pb.SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                                  stop=list(stop))
@@ -95,7 +95,7 @@ def request(prompt: str, *, model=None, max_new_tokens: int = 32, temperature: f
 
 
 def _retrying(call, *args, **kw):
-    import grpc  # noqa: PLC0415
+    import grpc
 
     for _ in range(120):  # the first request loads the model: UNAVAILABLE asks to retry shortly
         try:
@@ -109,7 +109,7 @@ def _retrying(call, *args, **kw):
 
 def complete(target, req, *, stream: bool = False, out=None):
     """Print a completion; returns (text, finish reason name, cache stats)."""
-    from praxon.generation.v1 import generation_pb2 as pb  # noqa: PLC0415
+    from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
     stub = _stub(target)
@@ -205,7 +205,7 @@ def add_commands(sub, client_opts) -> None:
 def demo(target, train_params: dict | None = None, n_lookups: int = 10) -> None:
     """`praxon demo` step: train the tiny model on the built-in corpus (progress bar), stream an answer, then ask
     retrieval questions with the full cache and with 10% of it, printing what was right and wrong."""
-    from services.generation import corpus  # noqa: PLC0415 - pure python, no torch
+    from services.generation import corpus  # pure python, no torch
 
     params = dict(train_params or DEMO_TRAIN)
     print(f"training a tiny Llama from scratch on the built-in corpus ({params['steps']} steps, width "

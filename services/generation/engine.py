@@ -20,7 +20,6 @@ streamed text is held back while it could still be the start of a stop string or
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
@@ -33,6 +32,8 @@ import torch
 from kernels.decode_attention import decode_attention
 from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from services.generation.kvpolicy import CachePolicy, compress
+
+NO_COMPRESSION = CachePolicy()  # the default policy: keep the whole cache
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class _Adapter:
 class LlamaAdapter(_Adapter):
     def __init__(self, model):
         super().__init__(model)
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # noqa: PLC0415
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         self.rope = apply_rotary_pos_emb
         a = model.model.layers[0].self_attn
@@ -324,7 +325,7 @@ class Engine:
                 "mean_batch": (sum(self.batch_sizes) / len(self.batch_sizes)) if self.batch_sizes else 0.0}
 
     def generate(self, prompt_ids: list[int], sampling: SamplingParams = SamplingParams(),
-                 policy: CachePolicy = CachePolicy(), timeout: float = 300) -> tuple[list[TokenEvent], Finished]:
+                 policy: CachePolicy = NO_COMPRESSION, timeout: float = 300) -> tuple[list[TokenEvent], Finished]:
         """Blocking convenience (tests, benchmarks): submit and collect."""
         q: queue.Queue = queue.Queue()
         self.submit(Request(prompt_ids, sampling, policy, q.put))
@@ -362,7 +363,7 @@ class Engine:
                     if self.running:
                         self._decode_step()
                         self._retire()
-            except Exception as exc:  # noqa: BLE001 - fail the batch, keep the engine alive
+            except Exception as exc:
                 log.exception("engine %s: step failed", self.name)
                 for s in list(self.running):
                     s.finish = "error"
@@ -384,7 +385,7 @@ class Engine:
             return
         try:
             seq, logits = self._prefill(req)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("engine %s: prefill failed", self.name)
             req.on_event(self._finished_empty(req, "error", exc))
             return

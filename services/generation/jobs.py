@@ -17,9 +17,9 @@ from services.generation.params import ImportParams, TrainParams
 
 
 def _import_roots() -> list[Path]:
-    from services import catalog  # noqa: PLC0415
-    from services.common.spec import service_settings  # noqa: PLC0415
-    from services.generation.settings import GenerationConfig  # noqa: PLC0415
+    from services import catalog
+    from services.common.spec import service_settings
+    from services.generation.settings import GenerationConfig
 
     cfg = service_settings(catalog.settings(), "generation", GenerationConfig)
     return [Path(r).resolve() for r in cfg.import_roots]
@@ -63,7 +63,7 @@ def run_import(ctx: JobContext) -> dict:
 
 
 def run_training(ctx: JobContext) -> dict:
-    from services.generation.training import LanguageModelTraining  # noqa: PLC0415
+    from services.generation.training import LanguageModelTraining
 
     p = parse_params(TrainParams, ctx.params, prefix="params.")
     job = LanguageModelTraining(p)

@@ -25,8 +25,7 @@ from services.generation.params import TrainParams
 def train_tokenizer(texts: list[str], vocab_size: int):
     """Byte-level BPE (digits split one per token, so numbers are copied digit by digit) -> a transformers
     PreTrainedTokenizerFast with <|endoftext|> as bos/eos and <pad> as padding."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
@@ -39,8 +38,8 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
 
 def wrap_tokenizer(tokenizer_json: str):
-    from tokenizers import Tokenizer  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tokenizer_json), bos_token=builtin.EOS,
                                    eos_token=builtin.EOS, pad_token=builtin.PAD, clean_up_tokenization_spaces=False)
@@ -73,7 +72,7 @@ def read_corpus(data: bytes, field: str = "corpus_artifact_id") -> list[str]:
 
 
 def model_config(p: TrainParams, vocab_size: int, tokenizer) -> Any:
-    from transformers import LlamaConfig  # noqa: PLC0415
+    from transformers import LlamaConfig
 
     return LlamaConfig(vocab_size=vocab_size, hidden_size=p.hidden_size, intermediate_size=4 * p.hidden_size,
                        num_hidden_layers=p.num_layers, num_attention_heads=p.num_heads,
@@ -90,7 +89,7 @@ class LanguageModelTraining:
         self.total = p.steps
 
     def setup(self, ctx: JobContext) -> None:
-        from transformers import LlamaForCausalLM  # noqa: PLC0415
+        from transformers import LlamaForCausalLM
 
         p = self.p
         if p.corpus_artifact_id:
@@ -189,7 +188,7 @@ class LanguageModelTraining:
         return total / max(count, 1)
 
     def result(self, ctx: JobContext) -> dict[str, Any]:
-        from services.common import hf  # noqa: PLC0415
+        from services.common import hf
 
         ctx.progress(0.995, "validating")
         nll = self.validation_nll()

@@ -55,7 +55,7 @@ def _gpu_workers() -> dict:
 
 
 def _service_names() -> list[str]:
-    from services import catalog  # noqa: PLC0415
+    from services import catalog
 
     return catalog.names()
 
@@ -112,7 +112,7 @@ PROFILES: dict[str, dict] = {
 # ------------------------------------------------------------------------------------------------ rendering
 @functools.lru_cache(maxsize=1)
 def chart():
-    import helm_python  # noqa: PLC0415
+    import helm_python
 
     return helm_python.Chart.load(str(CHART))
 
@@ -151,7 +151,7 @@ def fullname() -> str:
 # ------------------------------------------------------------------------------------------------ from the code
 def settings_env_names() -> dict[str, type | None]:
     """Every environment variable the Settings read -> the leaf annotation (None for a whole nested model)."""
-    from services.common.settings import Settings  # noqa: PLC0415
+    from services.common.settings import Settings
 
     prefix = Settings.model_config.get("env_prefix", "")
     delim = Settings.model_config.get("env_nested_delimiter")
@@ -178,7 +178,7 @@ def secret_env_names() -> set[str]:
 
 def must_set_env_names() -> set[str]:
     """Names whose defaults only work on a developer machine (loopback addresses) or are credentials."""
-    from services.common.settings import Settings  # noqa: PLC0415
+    from services.common.settings import Settings
 
     out = set(secret_env_names())
     defaults = Settings.model_construct()
@@ -282,7 +282,7 @@ def container_env(c: Container, docs: list[dict]) -> tuple[dict[str, str], dict[
 
 def settings_for(env: dict[str, str]):
     """The Settings a praxon process would build from this environment (validates every value, too)."""
-    from services.common.settings import Settings  # noqa: PLC0415
+    from services.common.settings import Settings
 
     fixed = dict(env)
     for name in secret_env_names():  # existing Secrets are not rendered: any well-formed value will do

@@ -27,7 +27,7 @@ HOW_TO_ADD_QUEUE = ("add `workers.{name}` to helm/praxon/values.yaml (copy the w
 
 # ------------------------------------------------------------------------------------------------ code <-> chart
 def parse_cli(args: list[str]) -> tuple[argparse.Namespace | None, str]:
-    from services.cli.main import build_parser  # noqa: PLC0415
+    from services.cli.main import build_parser
 
     err = io.StringIO()
     try:
@@ -39,7 +39,7 @@ def parse_cli(args: list[str]) -> tuple[argparse.Namespace | None, str]:
 
 def check_commands(docs: list[dict]) -> list[str]:
     """Every praxon container runs a `praxon` subcommand that exists, for services/queues/predictors that exist."""
-    from services import catalog  # noqa: PLC0415
+    from services import catalog
 
     SERVICES, QUEUES, PREDICTORS = catalog.names(), catalog.queues(), catalog.predictors()
 
@@ -115,7 +115,7 @@ def check_env(docs: list[dict]) -> list[str]:
 
 def check_ports(docs: list[dict]) -> list[str]:
     """Container ports, probes and Services agree with the Settings each process builds, and the CLI defaults."""
-    from services.cli.main import build_parser  # noqa: PLC0415
+    from services.cli.main import build_parser
 
     problems = []
     for c in containers(docs):
@@ -167,7 +167,7 @@ def check_ports(docs: list[dict]) -> list[str]:
 def check_coverage(values: dict, docs: list[dict]) -> list[str]:
     """Every service in SERVICES and queue in QUEUES has a chart entry (and a Deployment when enabled); every chart
     entry exists in the code."""
-    from services import catalog  # noqa: PLC0415
+    from services import catalog
 
     SERVICES, QUEUES = catalog.names(), catalog.queues()
 

@@ -41,8 +41,8 @@ _QUANTITY_FIELDS = {("V1ResourceRequirements", "limits"), ("V1ResourceRequiremen
 
 
 def _model_class(name: str):
-    import kserve.models  # noqa: PLC0415
-    import kubernetes.client.models  # noqa: PLC0415
+    import kserve.models
+    import kubernetes.client.models
 
     for mod in (kserve.models, kubernetes.client.models):
         if hasattr(mod, name):
@@ -126,8 +126,8 @@ def _drop_none(x):
 
 
 def servicemonitor_validate(doc: dict) -> str | None:
-    from cloudcoil.models.prometheus_operator import v1  # noqa: PLC0415
-    from pydantic import ValidationError  # noqa: PLC0415
+    from cloudcoil.models.prometheus_operator import v1
+    from pydantic import ValidationError
 
     try:
         sm = v1.ServiceMonitor.model_validate(doc)
@@ -147,7 +147,7 @@ def _diff(a, b, path="") -> list[str]:
                 out += _diff(a[k], b[k], f"{path}.{k}")
         return out
     if isinstance(a, list) and isinstance(b, list):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _diff(x, y, f"{path}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=False)) for d in _diff(x, y, f"{path}[{i}]")]
     return [] if a == b else [path]
 
 

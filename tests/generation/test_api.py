@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import tarfile
-import time
 import uuid
 from types import SimpleNamespace
 

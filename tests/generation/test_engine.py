@@ -28,7 +28,8 @@ def _collect(q: queue.Queue, timeout: float = 120):
         events.append(e)
 
 
-def _submit_all(engine, prompts, sampling, policy=CachePolicy()):
+def _submit_all(engine, prompts, sampling, policy=None):
+    policy = policy or CachePolicy()
     qs = []
     for p in prompts:
         q: queue.Queue = queue.Queue()

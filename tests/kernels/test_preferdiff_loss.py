@@ -54,7 +54,7 @@ def test_triton_forward_and_backward_match_reference(dtype, B, d):
     g_r = torch.autograd.grad(loss_r, xs)
     assert loss_t.dtype == torch.float32 and loss_t.dim() == 0
     assert_verbose_allclose(torch.stack([loss_t, lp_t, ln_t]), torch.stack([loss_r, lp_r, ln_r]), **tol(dtype, 10))
-    for name, a, b in zip(("pred_pos", "target_pos", "pred_neg", "target_neg"), g_t, g_r):
+    for name, a, b in zip(("pred_pos", "target_pos", "pred_neg", "target_neg"), g_t, g_r, strict=True):
         assert a.dtype == dtype
         scale = b.float().abs().max().item() + 1e-12
         assert_verbose_allclose(a.float() / scale, b.float() / scale, **tol(dtype, 10), name=name)
@@ -66,7 +66,7 @@ def test_triton_gradients_through_terms():
     g_t = torch.autograd.grad(2 * lp - ln, xs)
     _, lp, ln = preferdiff_loss(*xs, 0.4, 5.0, return_terms=True, backend="reference")
     g_r = torch.autograd.grad(2 * lp - ln, xs)
-    for a, b in zip(g_t, g_r):
+    for a, b in zip(g_t, g_r, strict=True):
         assert_verbose_allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
@@ -76,7 +76,7 @@ def test_reference_gradcheck_float64_formula():
     g_naive = torch.autograd.grad(preferdiff_loss_naive(*xs, 0.4, 5.0), xs)
     xf = [x.detach().float().requires_grad_() for x in xs]
     g_tr = torch.autograd.grad(preferdiff_loss(*[x.to(DEVICE) for x in xf], 0.4, 5.0, backend="triton"), xf)
-    for a, b in zip(g_tr, g_naive):
+    for a, b in zip(g_tr, g_naive, strict=True):
         assert_verbose_allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
@@ -92,7 +92,7 @@ def test_hypothesis_triton_vs_reference(B, d, lam, gamma, seed):
     assert lt.item() == pytest.approx(lr.item(), rel=1e-5, abs=1e-6)
     # dcos/da = b/(|a||b|) - cos a/|a|^2 cancels (exactly, for d = 1): absolute error scales with the largest gradient
     scale = max(1.0, max(b.abs().max().item() for b in gr))
-    for a, b in zip(gt, gr):
+    for a, b in zip(gt, gr, strict=True):
         assert_verbose_allclose(a, b, atol=1e-5 * scale, rtol=1e-4)
 
 

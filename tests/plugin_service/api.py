@@ -10,7 +10,7 @@ SERVICE = "praxon.echo.v1.EchoService"
 
 
 def register(server: grpc.aio.Server, app: AppContext) -> list[str]:
-    async def start(request: struct_pb2.Struct, context) -> struct_pb2.Struct:  # noqa: ARG001
+    async def start(request: struct_pb2.Struct, context) -> struct_pb2.Struct:
         params = json_format.MessageToDict(request)
         tenant = current_tenant()
         job = await app.db(lambda: app.jobs.submit(tenant, "echo.count", params))
