@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from tests import harness
+from tests import harness  # noqa: E402 - the project root goes on sys.path first
 
 SIZES = (64, 256)
 CONCURRENCY = (1, 8, 64)
@@ -131,7 +131,7 @@ async def wait_ready(call, what: str, proc, timeout: float = 180) -> None:
         try:
             await call("warm up. The weather is nice today.")
             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure while the server starts means "not ready yet"
             if "INVALID_ARGUMENT" in str(exc) or time.monotonic() > deadline:
                 raise SystemExit(f"{what} did not become ready: {exc}") from None
             await asyncio.sleep(0.5)

@@ -302,7 +302,7 @@ def model_scorer(model: Any) -> Score:
 
         mask = context_mask(roles, contexts)
         uniq: dict[str, int] = {}
-        for t in list(texts) + [c for c, m in zip(contexts, mask) if m]:
+        for t in list(texts) + [c for c, m in zip(contexts, mask, strict=False) if m]:
             uniq.setdefault(t, len(uniq))
         keys = list(uniq)
         enc = model.encoder
@@ -310,7 +310,7 @@ def model_scorer(model: Any) -> Score:
         e = emb[[uniq[t] for t in texts]]
         c = np.zeros_like(e)
         if mask.any():
-            c[mask] = emb[[uniq[x] for x, m in zip(contexts, mask) if m]]
+            c[mask] = emb[[uniq[x] for x, m in zip(contexts, mask, strict=False) if m]]
         return model.predict_from_features(model.features_from_embeddings(e, roles, c, mask))
     return score_guard
 

@@ -224,7 +224,7 @@ class StudentGuard:
         mask = context_mask(roles, contexts)
         if not mask.any():
             return self.net(flat, offsets, r)
-        cflat, coffsets = pack([self.vocab.encode(c) if m else [] for c, m in zip(contexts, mask)])
+        cflat, coffsets = pack([self.vocab.encode(c) if m else [] for c, m in zip(contexts, mask, strict=False)])
         return self.net(flat, offsets, r, cflat, coffsets, torch.from_numpy(mask.astype(np.float32)))
 
     def predict_proba(self, texts: Sequence[str], roles: Sequence[str],
@@ -339,7 +339,7 @@ class StudentTrainer:
 def encode_data(vocab: Vocabulary, texts: Sequence[str], roles: Sequence[str], hard: np.ndarray,
                 teacher: dict[str, np.ndarray], contexts: Sequence[str | None] | None = None) -> DistillData:
     mask = context_mask(roles, contexts)
-    ctx_ids = [vocab.encode(c) if m else [] for c, m in zip(contexts, mask)] if mask.any() else None
+    ctx_ids = [vocab.encode(c) if m else [] for c, m in zip(contexts, mask, strict=False)] if mask.any() else None
     return DistillData(ids=[vocab.encode(t) for t in texts], roles=validate_roles(roles, len(texts)).astype(np.float32),
                        hard=np.asarray(hard, dtype=np.int64), soft=np.asarray(teacher["unsafe"], dtype=np.float64),
                        t_topics=np.asarray(teacher["topics"], dtype=np.float32),

@@ -108,7 +108,7 @@ def context_mask(roles: Sequence[str], contexts: Sequence[str | None] | None, fi
     if len(contexts) != n:
         raise InvalidArgument(field, f"expected {n} contexts, got {len(contexts)}")
     out = np.zeros(n, dtype=bool)
-    for i, (role, c) in enumerate(zip(roles, contexts)):
+    for i, (role, c) in enumerate(zip(roles, contexts, strict=False)):
         if c is None:
             continue
         if not isinstance(c, str) or not c.strip():
@@ -135,7 +135,8 @@ class LinearHeads:
 
     @classmethod
     def init(cls, dim: int = FEATURE_DIM) -> LinearHeads:
-        z = lambda *s: torch.zeros(*s, dtype=torch.float64)
+        def z(*s):
+            return torch.zeros(*s, dtype=torch.float64)
         return cls(z(1, dim), z(1), z(N_TOPICS, dim), z(N_TOPICS), z(N_TOPICS, dim),
                    torch.tensor(np.tile(_SEV_PRIOR, (N_TOPICS, 1)), dtype=torch.float64))
 
@@ -384,7 +385,7 @@ class GuardModel:
         ctx_emb = None
         if mask.any():
             ctx_emb = np.zeros((len(texts), EMBED_DIM), dtype=np.float32)
-            ctx_emb[mask] = self.encoder.embed([c for c, m in zip(contexts, mask) if m])
+            ctx_emb[mask] = self.encoder.embed([c for c, m in zip(contexts, mask, strict=False) if m])
         return role_features(self.encoder.embed(list(texts)), roles, ctx_emb, mask)
 
     def features_from_embeddings(self, emb: np.ndarray, roles: Sequence[str], ctx_emb: np.ndarray | None = None,

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import serving
-from services.moderation.settings import ServingConfig
 from services.common.errors import FailedPrecondition
 from services.common.serving import parse_model_ref as parse_model_ref  # re-exported for the CLI
 from services.moderation import decision
@@ -58,11 +57,11 @@ def run_grouped(items: Sequence[Item]) -> list[ModerationResult | BaseException]
             res = decision.moderate_items(model, [items[i][1] for i in idx], th, batched=True)
             for i, r in zip(idx, res, strict=True):
                 out[i] = r
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failing batch is retried item by item
             for i in idx:
                 try:
                     out[i] = decision.moderate_items(model, [items[i][1]], th, batched=True)[0]
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - an item's own error is its answer, not its neighbours'
                     out[i] = exc
     return out
 

@@ -53,7 +53,7 @@ def moderation_server(settings, services, config):
 
 @dataclasses.dataclass
 class Env:
-    server: ModerationServer
+    server: harness.PlatformServer
     stub: moderation_pb2_grpc.ModerationServiceStub
     registry: models_pb2_grpc.ModelRegistryServiceStub
     jobs: jobs_pb2_grpc.JobServiceStub

@@ -40,8 +40,8 @@ def _decide(preds, lv, block_unspecified=True):
 @settings(max_examples=300, deadline=None)
 @given(window_preds(), levels, levels, st.booleans())
 def test_thresholds_are_monotone(preds, a, b, unspecified):
-    strict = [min(x, y) for x, y in zip(a, b)]  # lower threshold = stricter
-    lax = [max(x, y) for x, y in zip(a, b)]
+    strict = [min(x, y) for x, y in zip(a, b, strict=False)]  # lower threshold = stricter
+    lax = [max(x, y) for x, y in zip(a, b, strict=False)]
     rs, rl = _decide(preds, strict, unspecified), _decide(preds, lax, unspecified)
     assert set(rl.blocking_topics) <= set(rs.blocking_topics)
     assert rs.blocked or not rl.blocked
@@ -68,7 +68,7 @@ def test_monotone_on_real_guard_outputs(guard, seed_rows):
         res = moderate_batch(guard, texts, roles, Thresholds.build(default_level=k))
         blocked_counts.append([set(r.blocking_topics) for r in res])
     for k in range(4):
-        assert all(hi <= lo for lo, hi in zip(blocked_counts[k], blocked_counts[k + 1]))
+        assert all(hi <= lo for lo, hi in zip(blocked_counts[k], blocked_counts[k + 1], strict=False))
     assert sum(map(len, blocked_counts[0])) > sum(map(len, blocked_counts[4]))  # thresholds do matter
 
 

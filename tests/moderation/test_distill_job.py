@@ -91,7 +91,8 @@ def test_distillation_resume_equals_uninterrupted(guard, stage):
     for k in t_ref:
         assert torch.equal(t_ref[k], t_got[k]), k
     assert out["metrics"] == ref_out["metrics"] and out["student_fingerprint"] == ref_out["student_fingerprint"]
-    strip = lambda c: {k: v for k, v in c.items() if k != "teacher_model_version_id"}
+    def strip(c):
+        return {k: v for k, v in c.items() if k != "teacher_model_version_id"}
     assert strip(c_ref) == strip(c_got)
 
 

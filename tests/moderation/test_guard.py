@@ -77,7 +77,7 @@ def test_predictions_do_not_depend_on_batch(guard, seed_rows):
     texts, roles = [r.text for r in seed_rows[:12]], [r.role for r in seed_rows[:12]]
     together = guard.predict_proba(texts, roles)
     guard.encoder.clear_cache()
-    alone = [guard.predict_proba([t], [r]) for t, r in zip(texts, roles)]
+    alone = [guard.predict_proba([t], [r]) for t, r in zip(texts, roles, strict=False)]
     for k in together:
         assert np.array_equal(together[k], np.concatenate([a[k] for a in alone]))
 

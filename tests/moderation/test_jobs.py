@@ -54,7 +54,8 @@ def test_frozen_linear_resume_equals_uninterrupted(stage):
     crash_after = 2 if stage == "features" else 1 + next(
         i for i, e in enumerate(ref.events) if e[1] == "newton iteration 3")
     ctx, out = _crash_and_resume(params, crash_after)
-    newton = lambda evs: sum(e[1].startswith("newton") for e in evs)
+    def newton(evs):
+        return sum(e[1].startswith("newton") for e in evs)
     if stage == "newton":  # resumed mid-Newton: the iterations done before the crash were not redone
         assert ctx.saved_before_crash >= 2
         assert newton(ctx.events[ctx.events_before_crash:]) < newton(ref.events)

@@ -74,7 +74,7 @@ def test_one_forward_per_short_text_and_batched_parity(guard, seed_rows):
     assert all(r.n_windows == 1 for r in alone)  # short texts: one chunk, one forward
     for a, b in zip(alone, batched, strict=True):
         assert abs(a.unsafe_score - b.unsafe_score) <= SCORE_TOLERANCE
-        assert max(abs(x.score - y.score) for x, y in zip(a.topics, b.topics)) <= SCORE_TOLERANCE
+        assert max(abs(x.score - y.score) for x, y in zip(a.topics, b.topics, strict=False)) <= SCORE_TOLERANCE
         assert a.blocked == b.blocked and a.blocking_topics == b.blocking_topics
     long_text = " ".join(["The weather is nice and the market sells fresh bread every morning."] * 40)
     r = moderate_items(guard, [Item(long_text, "prompt")], Thresholds.build())[0]

@@ -19,7 +19,7 @@ TEXTS = [
 
 def _chunks(text, rng):
     cuts = sorted(rng.sample(range(1, len(text)), k=min(len(text) - 1, rng.randint(1, 12))))
-    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)], strict=False)]
 
 
 @pytest.mark.parametrize("level", [0, 1, 3])
@@ -27,7 +27,7 @@ def test_streaming_final_answer_equals_unary(guard, level):
     th = Thresholds.build(default_level=level)
     rng = random.Random(level)
     unary = moderate_batch(guard, TEXTS, ["response"] * len(TEXTS), th)
-    for text, want in zip(TEXTS, unary):
+    for text, want in zip(TEXTS, unary, strict=False):
         for _ in range(3):
             s = StreamModerator(guard, th, role="response")
             offsets, blocked = [], False

@@ -35,4 +35,4 @@ def split_examples(rows: list[GuardExample], validation_fraction: float) -> tupl
         return [r for r in rows if r.split == "train"], [r for r in rows if r.split == "validation"]
     cut = int(validation_fraction * 2**32)
     val = [zlib.crc32(r.text.encode()) < cut for r in rows]
-    return [r for r, v in zip(rows, val) if not v], [r for r, v in zip(rows, val) if v]
+    return [r for r, v in zip(rows, val, strict=False) if not v], [r for r, v in zip(rows, val, strict=False) if v]
