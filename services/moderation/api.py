@@ -24,7 +24,8 @@ from services.moderation.decision import DEFAULT_LEVEL, Item, ModerationResult, 
 from services.moderation.engine import Annotation, ModerationEngine
 from services.moderation.policy_store import ModerationStore, StoredPolicy, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.serving import Loaded, ServingConfig
+from services.moderation.serving import Loaded
+from services.moderation.settings import ServingConfig
 from services.moderation.taxonomy import TOPICS
 
 ROLE_NAMES = {pb.ROLE_PROMPT: "prompt", pb.ROLE_RESPONSE: "response"}

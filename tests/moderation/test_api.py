@@ -80,7 +80,7 @@ def settings(settings):
 
 @pytest.fixture(scope="module")
 def mod_env(settings, tmp_path_factory):
-    from services.moderation.serving import ServingConfig
+    from services.moderation.settings import ServingConfig
 
     s = settings.model_copy(deep=True)
     s.grpc.max_message_bytes = 4 * MiB  # above the 1 MiB text limit, so oversize texts reach the service's checks
