@@ -16,7 +16,8 @@ SPEC = ServiceSpec(
     },
     predictors={"recommendation": "services.recommendation.predictor:build"},
     cli="services.recommendation.cli",
-    demo=DemoStep("recommendation: import MovieLens-100k, train PreferDiff (demo-sized), recommend for a new history",
+    demo=DemoStep("recommendation: import MovieLens-100k (leave-one-out), train SASRec-CE beside popularity, "
+                  "recommend for a new history",
                   "services.recommendation.cli:demo"),
     settings="services.recommendation.settings:ServingConfig",
 )
