@@ -43,34 +43,24 @@ def loaded(obj: Any, fingerprint: str, config: dict, row: dict) -> Loaded:
 Item = tuple[Any, decision.Item, Thresholds]  # (model, text + role + prompt, thresholds)
 
 
-def run_grouped(items: Sequence[Item]) -> list[ModerationResult | BaseException]:
-    """moderate_items over items grouped by (model, thresholds), in input order, each group in padded batches of
-    the encoder (one forward per chunk; see decision.SCORE_TOLERANCE for the parity this keeps). A failing group is
-    retried item by item so that one bad text fails only its own request."""
-    groups: dict[tuple[int, Thresholds], list[int]] = {}
-    for i, (model, _, th) in enumerate(items):
-        groups.setdefault((id(model), th), []).append(i)
-    out: list[Any] = [None] * len(items)
-    for (_, th), idx in groups.items():
-        model = items[idx[0]][0]
-        try:
-            res = decision.moderate_items(model, [items[i][1] for i in idx], th, batched=True)
-            for i, r in zip(idx, res, strict=True):
-                out[i] = r
-        except Exception:  # noqa: BLE001 - a failing batch is retried item by item
-            for i in idx:
-                try:
-                    out[i] = decision.moderate_items(model, [items[i][1]], th, batched=True)[0]
-                except Exception as exc:  # noqa: BLE001 - an item's own error is its answer, not its neighbours'
-                    out[i] = exc
-    return out
+def moderate_group(items: Sequence[Item]) -> list[ModerationResult]:
+    """One group of the batch (same model, same thresholds) in padded encoder batches (one forward per chunk; see
+    decision.SCORE_TOLERANCE for the parity this keeps)."""
+    model, _, th = items[0]
+    return decision.moderate_items(model, [it[1] for it in items], th, batched=True)
+
+
+def group_of(item: Item) -> tuple[int, Thresholds]:
+    return id(item[0]), item[2]
 
 
 class Batcher(serving.Batcher[Item, ModerationResult]):
-    """services.common.serving.Batcher over run_grouped: concurrent requests' texts share padded encoder batches."""
+    """services.common.serving.Batcher grouped by (model, thresholds): concurrent requests' texts share padded
+    encoder batches; a failing group is retried item by item by the common batcher."""
 
     def __init__(self, *, max_batch: int = 32, max_wait_ms: float = 2.0, workers: int = 0):
-        super().__init__(run_grouped, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=workers)
+        super().__init__(moderate_group, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=workers,
+                         group_key=group_of)
 
     @property
     def texts(self) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from services.common import serving
 from services.recommendation.settings import ServingConfig
@@ -156,34 +155,22 @@ class _Item:
     exclude_seen: bool
 
 
-def run_grouped(items: Sequence[_Item]) -> list[Row | BaseException]:
-    """Forward items grouped by (model, exclude_seen), in input order; a failing group is retried one by one so a
-    bad item fails only its own request."""
-    groups: dict[tuple[int, bool], list[int]] = {}
-    for i, it in enumerate(items):
-        groups.setdefault((id(it.rec), it.exclude_seen), []).append(i)
-    out: list[Any] = [None] * len(items)
-    for idx in groups.values():
-        first = items[idx[0]]
-        try:
-            for i, r in zip(idx, rows_from(first.rec, [items[i].history for i in idx], [items[i].k for i in idx],
-                                           first.exclude_seen), strict=True):
-                out[i] = r
-        except Exception:  # noqa: BLE001 - isolate the failing item(s)
-            for i in idx:
-                try:
-                    out[i] = rows_from(items[i].rec, [items[i].history], [items[i].k], items[i].exclude_seen)[0]
-                except Exception as exc:  # noqa: BLE001 - delivered to that request's caller
-                    out[i] = exc
-    return out
+def forward_group(items: Sequence[_Item]) -> list[Row]:
+    """One group of the batch (same model, same exclude_seen): one forward over its histories."""
+    first = items[0]
+    return rows_from(first.rec, [it.history for it in items], [it.k for it in items], first.exclude_seen)
+
+
+def group_of(item: _Item) -> tuple[int, bool]:
+    return id(item.rec), item.exclude_seen
 
 
 class Batcher(serving.Batcher[_Item, Row]):
-    """services.common.serving.Batcher over run_grouped, one batch at a time (a batch is one forward per model and
-    uses the cores itself)."""
+    """services.common.serving.Batcher grouped by (model, exclude_seen), one batch at a time (a batch is one forward
+    per model and uses the cores itself); a failing group is retried item by item by the common batcher."""
 
     def __init__(self, *, max_batch: int = 64, max_wait_ms: float = 2.0):
-        super().__init__(run_grouped, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=1)
+        super().__init__(forward_group, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=1, group_key=group_of)
 
     @property
     def histories(self) -> int:
