@@ -213,3 +213,6 @@ def demo(target: Target, rounds: int = 3) -> None:
     rep = stub.GetCampaignReport(pb.GetCampaignReportRequest(campaign_id=camp.id), metadata=target.metadata)
     print(rep.table)
     print(f"plot: artifact {rep.plot.id} ({rep.plot.size_bytes} bytes, image/png)")
+    print(f"  ({c.observation_count} evaluations is a short campaign on an 8-site function; "
+          "benchmarks/design/gameopt.py runs GameOpt against random search, a GA, GP-UCB and BoTorch's local "
+          "search over seeds and budgets)")
