@@ -1,5 +1,5 @@
 """Task accuracy of a served model on the built-in corpus: retrieval (exact first word) under each KV-cache policy,
-and closed-book facts. Used by the quality test, the benchmark and the demo."""
+and closed-book facts. Used by the KV-retrieval benchmark."""
 from __future__ import annotations
 
 import queue

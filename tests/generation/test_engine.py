@@ -66,19 +66,19 @@ def test_greedy_equals_transformers_generate_for_mixed_lengths_batched_together(
 
 
 def test_sixteen_concurrent_requests_each_equal_their_solo_run(engine):
-    prompts = [corpus.retrieval_set(s, 1, 1 + s % 7)[0].prompt for s in range(16)]
-    sp = SamplingParams(max_new_tokens=6 + 0, ignore_eos=True)
-    solo = [engine.generate(engine.encode(p), SamplingParams(max_new_tokens=6 + i % 5, ignore_eos=True))[1].token_ids
+    prompts = [engine.encode(corpus.retrieval_set(s, 1, 1 + s % 7)[0].prompt) for s in range(16)]
+    solo = [engine.generate(p, SamplingParams(max_new_tokens=6 + i % 5, ignore_eos=True))[1].token_ids
             for i, p in enumerate(prompts)]
+    seen_batches = len(engine.batch_sizes)
     qs = []
     for i, p in enumerate(prompts):
         q: queue.Queue = queue.Queue()
-        engine.submit(Request(engine.encode(p), SamplingParams(max_new_tokens=6 + i % 5, ignore_eos=True),
-                              CachePolicy(), q.put))
+        engine.submit(Request(p, SamplingParams(max_new_tokens=6 + i % 5, ignore_eos=True), CachePolicy(), q.put))
         qs.append(q)
     together = [_collect(q)[1].token_ids for q in qs]
     assert together == solo
-    assert sp.max_new_tokens == 6
+    # they really were decoded together: some decode step advanced several of them at once
+    assert max(list(engine.batch_sizes)[seen_batches:]) > 1
 
 
 def test_a_cancelled_stream_frees_its_cache_and_does_not_disturb_the_others(engine):
@@ -99,7 +99,7 @@ def test_a_cancelled_stream_frees_its_cache_and_does_not_disturb_the_others(engi
     assert engine.stats()["cache_bytes"] > 0
     req.cancel()
     events, fin = _collect(long_q)
-    assert fin.finish_reason == "cancelled" and fin.freed and fin.completion_tokens < 150
+    assert fin.finish_reason == "cancelled" and fin.completion_tokens < 150
     assert [_collect(q)[1].token_ids for q in oq] == others
     time.sleep(0.05)
     st = engine.stats()
@@ -153,7 +153,11 @@ def test_full_queue_is_resource_exhausted(tokenizer, llama):
     e.submit(Request(e.encode(PROMPTS[0]), SamplingParams(max_new_tokens=200, ignore_eos=True), CachePolicy(),
                      lambda ev: gate.wait(5)))
     try:
-        time.sleep(0.3)  # the first one runs (its events block the engine), the next two wait
+        # the first one runs (its events block the engine), the next two wait
+        deadline = time.monotonic() + 60
+        while e.stats()["running"] < 1:
+            assert time.monotonic() < deadline, "the first request was never admitted"
+            time.sleep(0.01)
         for _ in range(2):
             e.submit(Request(e.encode(PROMPTS[1]), SamplingParams(max_new_tokens=2), CachePolicy(), lambda ev: None))
         with pytest.raises(ResourceExhausted) as err:
