@@ -8,8 +8,8 @@ selection is done here (a Bernoulli mask per step) rather than by Opacus's DataL
 hundreds of tiny trainings without DataLoader overhead; the mechanism is the same. The accountant is Opacus's
 (PRV by default, RDP on request) for (sigma, q, T) at the job's delta.
 In a training job the noise and the batch sampling come from a generator seeded from the OS CSPRNG (a public seed
-would let anyone replay them, as the certified mechanism's issue showed); `seed` fixes only the initialisation
-(zeros here: the model starts at a point everyone knows, which the hidden-state threat model assumes).
+would let anyone replay them, as the certified mechanism's issue showed); no job parameter seeds them. The
+initialisation is zeros: the model starts at a point everyone knows, which the hidden-state threat model assumes.
 
 Audit (`hidden_state_canary_audit`): the adversary crafts the gradient of a canary record: at every k-th step the
 canary, when Poisson-sampled (probability q, as any record), contributes the gradient C e_j (norm C, so clipping
@@ -134,7 +134,7 @@ def train_dpsgd(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdCo
             lin.bias.copy_(resume["bias"])
             gen.set_state(resume["generator"].to(torch.uint8))
             start = int(resume["step"])
-    model = GradSampleModule(lin)
+    model = GradSampleModule(lin, loss_reduction="sum")  # the loss below is summed: no rescaling by batch size
     expected = max(cfg.sample_rate * n, 1e-12)
     opt = DPOptimizer(torch.optim.SGD(model.parameters(), lr=cfg.lr), noise_multiplier=cfg.noise_multiplier * noise_scale,
                       max_grad_norm=cfg.max_grad_norm, expected_batch_size=1, loss_reduction="sum",

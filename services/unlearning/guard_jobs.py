@@ -100,6 +100,16 @@ def _features(ctx: JobContext, config: dict, rows: list, lo: float, hi: float) -
     return torch.from_numpy(example_features(ctx, rows, lo, hi, "unlearning")).to(DTYPE)
 
 
+def _decision_defaults(tensors: dict, config: dict, phi_val: torch.Tensor, val_rows: list) -> dict:
+    from services.moderation.decision import choose_defaults
+    from services.moderation.guard import GuardModel, LinearHeads
+
+    heads_only = GuardModel("frozen_linear", LinearHeads.from_tensors(tensors), config, encoder=None)
+    pred = heads_only.predict_from_features(phi_val.to(torch.float64).numpy())
+    target = float(config["decision_defaults"].get("target_false_block_rate", 0.05))
+    return choose_defaults(pred, val_rows, target_false_block_rate=target)
+
+
 def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, config: dict, *,
                          forget_ids_of, checkpoint_of, keep_noise, write_state, report_of, guarantee_of) -> dict:
     """The guard branch of jobs.run_unlearning (the helpers are jobs.py's, passed in to keep one definition)."""
@@ -158,8 +168,9 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
         ctx.progress(0.35 + 0.55 * min(0.99, st.step / 20), f"newton: step {st.step}", grad_norm=st.grad_norm)
         ctx.check_cancelled()
 
+    # Newton converges in a handful of steps: at most 200 of them, fewer when the job's max_steps says so
     res = newton_to_radius(problem, Xr, Yr, theta_start if start == "warm" else problem.zeros(), r,
-                           max_steps=p.max_steps if p.max_steps < 100_000 else 200, state=state, callback=cb)
+                           max_steps=min(p.max_steps, 200), state=state, callback=cb)
     out = certified.certify_and_publish(problem, res, radius=r, epsilon=eps, delta=delta, start=start,
                                         unit_noise=ck.get("unit_noise"))
     keep_noise(ctx, ck, out)
@@ -188,6 +199,10 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
               "mia_auc": mia, "metrics": metrics}
     report["guarantee"] = guarantee_of(p.method, report)
     new_config = dict(config)
+    if config.get("decision_defaults") and len(val_rows):
+        # the parent's thresholds were chosen with heads trained on the forgotten records: choose them again with
+        # the published (unlearned) heads on the same validation rows, as the guard's trainer does
+        new_config["decision_defaults"] = _decision_defaults(new_tensors, config, phi_val, val_rows)
     new_config.update({"mu": l2, "r": r, "epsilon": eps, "delta": delta, "sigma": out.certificate.sigma,
                        "certificate": cert, "state_artifact_id": state_id, "excluded_record_ids": new_excluded,
                        "dataset_artifact_id": ds_id, "parent_model_version_id": mvid, "unlearning_method": p.method,

@@ -54,7 +54,8 @@ class TrainParams(JobParams):
     r: PositiveFloat = 1e-3
     epsilon: PositiveFloat = 1.0
     delta: UnitOpen = 1e-5
-    seed: int = 0                           # robust training's minibatch order, DP-SGD's sampling and init
+    seed: int = 0                           # robust training's minibatch order (DP-SGD: its sampling and noise
+                                            # come from the OS CSPRNG, its initialisation is zeros)
     num_classes: Annotated[int, Field(ge=0)] = 0
     capacity: Annotated[int, Field(ge=0)] = 0
     trim_fraction: UnitOpen | None = None

@@ -301,6 +301,7 @@ def test_killed_unlearning_job_resumes_and_its_record_is_written_once(env, setti
     assert any("resuming from checkpoint" in m for m in messages)
     rec = _record(env, resp.record_id)
     assert rec.state == common_pb2.JOB_STATE_SUCCEEDED and not rec.certificate.certified
+    assert rec.guarantee.kind == "audited_only"  # fine-tuning proves nothing: the record says so
     assert rec.new_model_version_id and list(rec.forget_record_ids) == forget
     # the same idempotency key returns the same job and record
     again = env.stub.StartUnlearningJob(pb.StartUnlearningJobRequest(

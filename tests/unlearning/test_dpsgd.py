@@ -70,6 +70,25 @@ def test_canary_adds_exactly_the_crafted_gradient():
     assert b.canary_insertions == 3
 
 
+def test_without_clipping_or_noise_dpsgd_is_plain_gradient_descent_on_the_mean_loss():
+    # per-sample gradients are those of the summed loss (no rescaling by the batch size), averaged over q n
+    X, y = _data()
+    cfg = dpsgd.DpSgdConfig(noise_multiplier=1e-12, max_grad_norm=1e6, steps=3, sample_rate=1.0, lr=0.5,
+                            delta=1e-5)
+    got = dpsgd.train_dpsgd(X, y, 2, cfg, generator=torch.Generator().manual_seed(3))
+    lin = torch.nn.Linear(X.shape[1], 2)
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.zero_()
+    opt = torch.optim.SGD(lin.parameters(), lr=cfg.lr)
+    for _ in range(cfg.steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(lin(X), y).backward()
+        opt.step()
+    torch.testing.assert_close(got.weight, lin.weight.detach(), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got.bias, lin.bias.detach(), atol=1e-5, rtol=1e-4)
+
+
 def test_validation():
     X, y = _data()
     with pytest.raises(InvalidArgument) as e:

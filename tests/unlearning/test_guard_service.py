@@ -109,6 +109,17 @@ def test_forget_guard_records_promote_and_moderate(env, settings):
     ref = guard_heads.newton_to_radius(problem, phi, guard_jobs.labels([rows[i] for i in keep]), problem.zeros(), R)
     assert ref.converged and float((theta_u - ref.theta).norm()) <= 2 * R
 
+    # the decision defaults served with v2 are chosen again with v2's published heads, on the same validation rows
+    from services.moderation.decision import choose_defaults
+    from services.moderation.guard import GuardModel
+
+    v1_defaults = reg.version_by_id(env.tenant, config["parent_model_version_id"])["config"]["decision_defaults"]
+    _, _, val_rows = guard_jobs.guard_record_ids(reg.store.get_bytes(ds["object_key"], ds["sha256"]), config)
+    v2 = GuardModel.from_registry(*reg.load_weights(env.tenant, version))
+    want = choose_defaults(v2.predict_from_features(example_features(None, val_rows)), val_rows,
+                           target_false_block_rate=v1_defaults["target_false_block_rate"])
+    assert config["decision_defaults"] == want
+
     # promote the new version and moderate with it (the moderation service serves the unlearned guard)
     env.registry.SetAlias(models_pb2.SetAliasRequest(name=env.name, alias="production", version=2), metadata=md)
     ref_alias = common_pb2.ModelRef(name=env.name, alias="production")
