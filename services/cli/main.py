@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import importlib
 import json
 import logging
@@ -79,7 +80,8 @@ def cmd_token_list(args) -> None:
     for r in rows:
         def when(t):
             return t.isoformat(timespec="seconds") if t else "-"
-        state = "revoked" if r["revoked_at"] else "live"
+        expired = r["expires_at"] is not None and r["expires_at"] <= datetime.datetime.now(datetime.timezone.utc)
+        state = "revoked" if r["revoked_at"] else "expired" if expired else "live"
         print(f"{r['id']}  {r['name'] or '-':20} {state:8} created={when(r['created_at'])} "
               f"expires={when(r['expires_at'])} last_used={when(r['last_used_at'])}")
 

@@ -160,8 +160,14 @@ class JobStore:
     def enqueue(self, job_id: str, queue: str) -> None:
         try:
             self.celery.send_task(RUN_JOB_TASK, args=[str(job_id)], queue=queue)
-        except Exception:  # the broker may be down; the reaper re-enqueues QUEUED jobs later
+        except Exception:  # the broker may be down: mark the row so that the reaper's next pass sends it again
             log.exception("could not enqueue job %s now; the reaper will retry", job_id)
+            try:
+                with self.pool.connection() as conn:
+                    conn.execute("UPDATE jobs SET enqueued_at = to_timestamp(0) WHERE id = %s AND state = 'QUEUED'",
+                                 (job_id,))
+            except Exception:  # the database is down too: the stale-queued threshold still catches the job
+                log.warning("could not mark job %s for the reaper", job_id, exc_info=True)
 
     def get(self, tenant_id: str, job_id: str, field: str = "job_id") -> dict:
         job_id = parse_uuid(job_id, field)

@@ -298,8 +298,10 @@ class TokenBuckets:
             self._buckets[key] = (level, now)
             raise ResourceExhausted(f"request rate limit of {self.rate:g}/s for this API token exceeded",
                                     retry_after_s=(1.0 - level) / self.rate, reason="RATE_LIMITED")
-        if len(self._buckets) >= self.max_tokens and key not in self._buckets:
-            self._buckets.clear()
+        # least recently used first: a token's bucket moves to the end on each call, and at capacity the one
+        # unused longest (most likely refilled to the burst anyway) is dropped, never every token's limit at once
+        if self._buckets.pop(key, None) is None and len(self._buckets) >= self.max_tokens:
+            del self._buckets[next(iter(self._buckets))]
         self._buckets[key] = (level - 1.0, now)
 
 

@@ -80,6 +80,7 @@ def test_object_store_restarted_mid_job(private, workers, tmp_path):
             except grpc.RpcError as err:
                 failed += 1
                 assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
+            assert failed == 1, "an upload while the object store is down cannot succeed"
             weed = _weed(tmp_path / "weed", base).start()
             back = time.monotonic()
             row = check_ran_once(s, job["id"], STEPS)

@@ -22,6 +22,16 @@ def test_bucket_refills_at_its_rate():
     TokenBuckets(rate=0, burst=1).take("t")  # 0 = unlimited
 
 
+def test_a_full_table_drops_the_least_recently_used_bucket_only():
+    b = TokenBuckets(rate=1.0, burst=2, max_tokens=2)
+    b.take("idle", now=0.0)
+    b.take("busy", now=0.0)
+    b.take("busy", now=0.0)        # "busy" has spent its burst, and was used after "idle"
+    b.take("new", now=0.0)         # the table is full: "idle" (least recently used) is dropped, "busy" is kept
+    with pytest.raises(ResourceExhausted):
+        b.take("busy", now=0.0)
+
+
 def test_the_server_enforces_it_per_token(settings):
     limited = settings.model_copy(deep=True)
     limited.grpc.requests_per_second_per_token = 0.5

@@ -50,11 +50,17 @@ def test_revocation_takes_effect_within_the_cache_lifetime(settings, server):
     assert _rejected_within(server, token, CACHE_S + 2.0)
 
 
-def test_an_expired_token_is_refused(settings, server):
+def test_an_expired_token_is_refused_and_listed_as_expired(settings, server, monkeypatch, capsys):
+    from services.cli.main import main
+
     with db.connect(settings) as conn:
         _, token = db.create_token(conn, "tok-expiry", "short", ttl_seconds=1.5)
     assert _code(server, token) == grpc.StatusCode.OK
     assert _rejected_within(server, token, 1.5 + CACHE_S + 2.0)
+    monkeypatch.setenv("PRAXON_DATABASE_URL", settings.database_url.get_secret_value())
+    main(["token", "list", "--tenant", "tok-expiry"])
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 1 and " expired " in listed[0]
 
 
 def test_rotation_and_last_use_through_the_cli(settings, server, monkeypatch, capsys):
