@@ -38,7 +38,8 @@ def test_k1_lower_bound_approaches_the_accountant_and_stays_below_it(k1):
     e = k1.epsilon_audit
     print(f"\nk=1 runs={RUNS}/side: eps_lower={k1.eps_lower:.2f} accountant={k1.accountant_epsilon:.2f} "
           f"ratio={k1.ratio:.2f}")
-    assert 0.3 * k1.accountant_epsilon <= k1.eps_lower <= k1.accountant_epsilon
+    # measured: 0.54 of the accountant at 200 runs per side (seeded), 0.86 at 2000 (benchmarks/unlearning/RESULTS.md)
+    assert 0.45 * k1.accountant_epsilon <= k1.eps_lower <= k1.accountant_epsilon
     assert not e["violated"] and e["confidence"] == pytest.approx(0.95) and e["alpha_each"] == pytest.approx(0.025)
     assert e["n_with"] == RUNS // 2 and k1.mean_insertions == CFG.steps
 
