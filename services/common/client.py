@@ -11,6 +11,7 @@ well under a second. Anything heavier is imported inside the function that needs
   create` after `praxon up` talks to the embedded PostgreSQL), else None (the Settings default).
 - `Target.channel()`: one channel per target whose unary calls are retried on UNAVAILABLE and RESOURCE_EXHAUSTED,
   after the delay the server's RetryInfo gives (a short backoff when it gives none), within `retry_budget_s`.
+- `new_idempotency_key()`: sent with every Start*Job request, so that a replayed call cannot submit a job twice.
 - `upload(target, name, data, content_type)`: streamed UploadArtifact (sha256 declared, checked by the server), or
   with presigned=True a presigned PUT (CreateUpload, PUT, CompleteUpload) that never passes the bytes through gRPC.
 - `parse_model_ref` / `model_ref`: "name", "name:3", "name@alias" -> (name, version, alias) / common_pb2.ModelRef.
@@ -25,6 +26,7 @@ import os
 import random
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,6 +220,12 @@ def retrying_channel(address: str, *, budget_s: float = 60.0,
     credentials = credentials or tls_credentials_from_env()
     raw = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
     return grpc.intercept_channel(raw, _RetryInterceptor(budget_s))
+
+
+def new_idempotency_key() -> str:
+    """A fresh key for one Start*Job request. The channel replays a call whose answer was lost (UNAVAILABLE after
+    the server committed), and with the key the server returns the job it already made instead of a second one."""
+    return uuid.uuid4().hex
 
 
 def error_line(err: grpc.RpcError) -> str:

@@ -88,17 +88,21 @@ class Steps(Protocol):
 
 def run_steps(ctx: JobContext, job: Steps, *, checkpoint_every: int = 1,
               message: Callable[[int, int], str] = lambda done, total: f"step {done}/{total}",
-              progress_span: tuple[float, float] = (0.0, 0.99)) -> dict[str, Any]:
+              progress_span: tuple[float, float] = (0.0, 0.99), fingerprint: str = "") -> dict[str, Any]:
     """Run a Steps job: resume from the last checkpoint (a killed worker's job continues where it was), check for
     cancellation before every step, checkpoint every `checkpoint_every` steps and after the last, report progress
     in `progress_span`, then hand over to job.result. A checkpoint is taken only at step boundaries, so a resumed
-    job repeats at most the steps since the last one."""
+    job repeats at most the steps since the last one. `fingerprint` names what the steps compute from (e.g. a digest
+    of the job's data): a checkpoint taken with another one (data changed by an upgrade between a crash and the
+    resume) is not resumed. A step may also call ctx.progress itself, within what run_steps leaves it (e.g. below
+    progress_span[0] during a long first step)."""
     if checkpoint_every < 1:
         raise ValueError("checkpoint_every must be >= 1")
     job.setup(ctx)
     saved = ctx.load_checkpoint()
     start = 0
-    if isinstance(saved, dict) and saved.get("protocol") == "steps" and saved.get("kind") == ctx.kind:
+    if (isinstance(saved, dict) and saved.get("protocol") == "steps" and saved.get("kind") == ctx.kind
+            and saved.get("fingerprint", "") == fingerprint):
         job.load_state(saved["state"])
         start = int(saved["done"])
     lo, hi = progress_span
@@ -109,7 +113,8 @@ def run_steps(ctx: JobContext, job: Steps, *, checkpoint_every: int = 1,
         i = done = i + 1
         total = max(int(job.total), 0)
         if done % checkpoint_every == 0 or done == total:
-            ctx.save_checkpoint({"protocol": "steps", "kind": ctx.kind, "done": done, "state": job.state()})
+            ctx.save_checkpoint({"protocol": "steps", "kind": ctx.kind, "fingerprint": fingerprint, "done": done,
+                                 "state": job.state()})
         ctx.progress(lo + (hi - lo) * done / max(total, 1), message(done, total),
                      **{k: float(v) for k, v in metrics.items()})
     ctx.check_cancelled()

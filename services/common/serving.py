@@ -72,7 +72,8 @@ Builder = Callable[[dict, dict, dict], T]  # (tensors, config, version row) -> t
 
 class ModelCache(Generic[T]):
     """Loaded models of one kind for every tenant: `builder` turns a version's weights into the served object.
-    Use on one event loop (resolve() and load_now() are blocking and may run anywhere)."""
+    Use on one event loop (resolve() and load_now() are blocking and may run anywhere; warm() before the loop uses
+    the cache)."""
 
     def __init__(self, registry: Registry, builder: Builder[T], config: ServingConfig, *, what: str = "model",
                  default_alias: str | None = None):
@@ -106,9 +107,23 @@ class ModelCache(Generic[T]):
         """Resolve and build a reference once, bypassing the cache (blocking; for predictors and tools)."""
         return self._load(key.tenant_id, self.resolve(key, field))
 
+    def warm(self, key: RefKey, field: str = "model") -> T:
+        """Resolve and load a reference now (blocking) and keep it, so that the first get() serves it without
+        loading it again: for a predictor that must be ready before its server starts."""
+        row = self.resolve(key, field)
+        return self._keep(str(row["id"]), self._load(key.tenant_id, row))
+
     def _load(self, tenant_id: str, row: dict) -> T:
         tensors, config = self.registry.load_weights(tenant_id, row)
         return self.builder(tensors, config, row)
+
+    def _keep(self, vid: str, loaded: T) -> T:
+        """Cache a loaded version as the most recently used, evicting the least recently used beyond max_models."""
+        self._loaded[vid] = loaded
+        self._loaded.move_to_end(vid)
+        while len(self._loaded) > self.config.max_models:
+            self._loaded.popitem(last=False)
+        return loaded
 
     # -- async
     def _load_task(self, tenant_id: str, row: dict) -> asyncio.Future:
@@ -118,12 +133,7 @@ class ModelCache(Generic[T]):
         if task is None:
             async def run() -> T:
                 try:
-                    loaded = await asyncio.to_thread(self._load, tenant_id, row)
-                    self._loaded[vid] = loaded
-                    self._loaded.move_to_end(vid)
-                    while len(self._loaded) > self.config.max_models:
-                        self._loaded.popitem(last=False)
-                    return loaded
+                    return self._keep(vid, await asyncio.to_thread(self._load, tenant_id, row))
                 finally:
                     self._loading.pop(vid, None)
             task = self._loading[vid] = asyncio.ensure_future(run())
@@ -227,6 +237,14 @@ class _Pending(Generic[Item]):
     future: asyncio.Future
 
 
+def _run_checked(run_batch: Callable[[list[Item]], Sequence[Result | BaseException]],
+                 batch: list[Item]) -> list[Result | BaseException]:
+    results = list(run_batch(batch))
+    if len(results) != len(batch):
+        raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} items")
+    return results
+
+
 def run_grouped(run_batch: Callable[[list[Item]], Sequence[Result | BaseException]], items: Sequence[Item],
                 group_key: Callable[[Item], Hashable]) -> list[Result | BaseException]:
     """run_batch over the items of each group (same group_key; groups in order of first appearance, items in input
@@ -239,22 +257,17 @@ def run_grouped(run_batch: Callable[[list[Item]], Sequence[Result | BaseExceptio
     out: list[Any] = [None] * len(items)
     for idx in groups.values():
         try:
-            results = list(run_batch([items[i] for i in idx]))
-            if len(results) != len(idx):
-                raise RuntimeError(f"run_batch returned {len(results)} results for {len(idx)} items")
-            for i, r in zip(idx, results, strict=True):
+            for i, r in zip(idx, _run_checked(run_batch, [items[i] for i in idx]), strict=True):
                 out[i] = r
-        except Exception:  # isolate the failing item(s)
-            if len(idx) == 1:
-                log.debug("a batch of one failed", exc_info=True)
-            for i in idx:
+        except Exception as exc:  # noqa: BLE001 - delivered to the failing items' callers
+            if len(idx) == 1:  # already alone: running it again would repeat its work and side effects
+                out[idx[0]] = exc
+                continue
+            for i in idx:  # isolate the failing item(s)
                 try:
-                    alone = list(run_batch([items[i]]))
-                    if len(alone) != 1:
-                        raise RuntimeError(f"run_batch returned {len(alone)} results for 1 item")
-                    out[i] = alone[0]
-                except Exception as exc:  # noqa: BLE001 - delivered to that request's caller
-                    out[i] = exc
+                    out[i] = _run_checked(run_batch, [items[i]])[0]
+                except Exception as item_exc:  # noqa: BLE001 - delivered to that request's caller
+                    out[i] = item_exc
     return out
 
 

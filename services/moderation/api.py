@@ -21,7 +21,7 @@ from services.common.serving import ref_key
 from services.common.spec import service_settings
 from services.moderation import params as mp
 from services.moderation.decision import DEFAULT_LEVEL, Item, ModerationResult, Thresholds
-from services.moderation.engine import Annotation, ModerationEngine
+from services.moderation.engine import Annotation, ModerationEngine, check_text
 from services.moderation.policy_store import ModerationStore, StoredPolicy, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
 from services.moderation.serving import Loaded
@@ -45,16 +45,7 @@ MAX_DISPLAY_NAME = 200
 
 
 # ---------------------------------------------------------------------------------------------- validation
-def check_text(text: str, field: str, max_bytes: int) -> str:
-    if len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes):
-        raise InvalidArgument(field, f"text is larger than {max_bytes} bytes", reason="TEXT_TOO_LARGE")
-    if not text.strip():
-        raise InvalidArgument(field, "must be a non-empty text", reason="EMPTY_TEXT")
-    if len(text) > MAX_TEXT_CHARS:
-        raise InvalidArgument(field, f"longer than {MAX_TEXT_CHARS} characters", reason="TEXT_TOO_LONG")
-    return text
-
-
+# The limits on what is moderated (check_text, ModerationEngine.check_*) live in engine.py, shared with the predictor.
 def decode_utf8(raw: bytes, field: str, max_bytes: int) -> str:
     if len(raw) > max_bytes:
         raise InvalidArgument(field, f"text is larger than {max_bytes} bytes", reason="TEXT_TOO_LARGE")
@@ -64,15 +55,13 @@ def decode_utf8(raw: bytes, field: str, max_bytes: int) -> str:
         raise InvalidArgument(field, f"not valid UTF-8 (byte {e.start})", reason="INVALID_UTF8") from None
 
 
-def text_of(msg: Any, oneof: str, text_field: str, bytes_field: str, max_bytes: int,
-            prefix: str = "") -> str | None:
+def text_of(msg: Any, oneof: str, text_field: str, bytes_field: str, max_bytes: int) -> str | None:
     which = msg.WhichOneof(oneof)
     if which is None:
         return None
     if which == bytes_field:
-        return check_text(decode_utf8(getattr(msg, bytes_field), prefix + bytes_field, max_bytes),
-                          prefix + bytes_field, max_bytes)
-    return check_text(getattr(msg, text_field), prefix + text_field, max_bytes)
+        return check_text(decode_utf8(getattr(msg, bytes_field), bytes_field, max_bytes), bytes_field, max_bytes)
+    return check_text(getattr(msg, text_field), text_field, max_bytes)
 
 
 def role_of(value: int, field: str, default: str) -> str:
@@ -226,22 +215,16 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
 
     async def ModerateBatch(self, request, context):
         tenant, mb = current_tenant(), self.config.max_text_bytes
-        if not request.items:
-            raise InvalidArgument("items", "at least one item is required", reason="EMPTY_REQUEST")
-        if len(request.items) > self.config.max_batch_items:
-            raise InvalidArgument("items", f"at most {self.config.max_batch_items} items")
+        self.engine.check_batch_size(len(request.items), "items")
         items = []
         for i, item in enumerate(request.items):
-            text = text_of(item, "content", "text", "text_bytes", mb, prefix=f"items[{i}].")
-            if text is None:
+            which = item.WhichOneof("content")
+            if which is None:
                 raise InvalidArgument(f"items[{i}].text", "required (as text or bytes)", reason="EMPTY_TEXT")
+            text = decode_utf8(item.text_bytes, f"items[{i}].text_bytes", mb) if which == "text_bytes" else item.text
             role = role_of(item.role, f"items[{i}].role", "prompt")
-            prompt = None
-            if item.prompt:
-                if role != "response":
-                    raise InvalidArgument(f"items[{i}].prompt", "only a response is judged with a prompt")
-                prompt = check_text(item.prompt, f"items[{i}].prompt", mb)
-            items.append(Item(text, role, prompt))
+            items.append(self.engine.check_item(text, role, item.prompt, lambda part, i=i, which=which:
+                                                f"items[{i}].{which if part == 'text' else part}"))
         guard, results = await self._moderate(tenant, request, items)
         return pb.ModerateBatchResponse(results=results, model=version_message(guard))
 

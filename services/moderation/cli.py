@@ -85,12 +85,13 @@ def _watch_job(target, job, what: str) -> None:
 
 def cmd_train_guard(args) -> None:
     from praxon.moderation.v1 import moderation_pb2 as pb
+    from services.common.client import new_idempotency_key
 
     target = _target(args)
     req = pb.StartGuardTrainingJobRequest(
         dataset_artifact_id=args.dataset or "", model_name=args.name,
         format=pb.DatasetFormat.Value(f"DATASET_FORMAT_{args.format.upper()}"),
-        kind=pb.GuardKind.Value(f"GUARD_KIND_{args.kind.upper()}"))
+        kind=pb.GuardKind.Value(f"GUARD_KIND_{args.kind.upper()}"), idempotency_key=new_idempotency_key())
     if args.max_iter:
         req.max_iter = args.max_iter
     if args.epochs:
@@ -101,10 +102,12 @@ def cmd_train_guard(args) -> None:
 
 def cmd_train_scorer(args) -> None:
     from praxon.moderation.v1 import moderation_pb2 as pb
+    from services.common.client import new_idempotency_key
 
     target = _target(args)
     req = pb.StartPolicyScorerTrainingJobRequest(dataset_artifact_id=args.dataset or "", model_name=args.name,
-                                                 format=pb.DatasetFormat.Value(f"DATASET_FORMAT_{args.format.upper()}"))
+                                                 format=pb.DatasetFormat.Value(f"DATASET_FORMAT_{args.format.upper()}"),
+                                                 idempotency_key=new_idempotency_key())
     job = _stub(target).StartPolicyScorerTrainingJob(req, metadata=target.metadata).job
     _watch_job(target, job, "policy scorer training")
 
@@ -234,12 +237,13 @@ def demo(target) -> None:
 
     from praxon.models.v1 import models_pb2, models_pb2_grpc
     from praxon.moderation.v1 import moderation_pb2 as pb
-    from services.common.client import state_name, watch
+    from services.common.client import new_idempotency_key, state_name, watch
     from services.common.convert import from_struct
 
     stub = _stub(target)
     job = stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(model_name="guard",
-                                                                     kind=pb.GUARD_KIND_FROZEN_LINEAR),
+                                                                     kind=pb.GUARD_KIND_FROZEN_LINEAR,
+                                                                     idempotency_key=new_idempotency_key()),
                                      metadata=target.metadata).job
     print(f"guard training job {job.id} (seed set, frozen_linear):")
     job = watch(target, job.id)

@@ -7,7 +7,7 @@ dynamic batcher (concurrent requests share padded encoder batches). No grpc here
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +16,22 @@ from services.common.registry import Registry
 from services.common.serving import ModelCache, RefKey
 from services.moderation.decision import Item, ModerationResult, Thresholds
 from services.moderation.policy_store import ModerationStore, StoredPolicy, StoredThresholds
+from services.moderation.schema import MAX_TEXT_CHARS
 from services.moderation.serving import Batcher, Loaded, build_conformal, build_guard, build_scorer
 from services.moderation.settings import ServingConfig
+from services.moderation.taxonomy import ROLES
+
+
+def check_text(text: str, field: str, max_bytes: int) -> str:
+    """A text to moderate: at most max_bytes UTF-8 bytes (checked first, cheaply), not blank, at most
+    MAX_TEXT_CHARS characters."""
+    if len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes):
+        raise InvalidArgument(field, f"text is larger than {max_bytes} bytes", reason="TEXT_TOO_LARGE")
+    if not text.strip():
+        raise InvalidArgument(field, "must be a non-empty text", reason="EMPTY_TEXT")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidArgument(field, f"longer than {MAX_TEXT_CHARS} characters", reason="TEXT_TOO_LONG")
+    return text
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,23 @@ class ModerationEngine:
         await self.batcher.close()
         for cache in (self.guards, self.scorers, self.calibrations):
             await cache.close()
+
+    # -- request limits (one set for the servicer and the predictor, from ServingConfig)
+    def check_batch_size(self, n: int, field: str) -> None:
+        if n == 0:
+            raise InvalidArgument(field, "at least one item is required", reason="EMPTY_REQUEST")
+        if n > self.config.max_batch_items:
+            raise InvalidArgument(field, f"at most {self.config.max_batch_items} items")
+
+    def check_item(self, text: str, role: str, prompt: str, field: Callable[[str], str]) -> Item:
+        """One text to moderate, with its role and (for a response, optional) the prompt it answers; field(part)
+        names "text", "role" or "prompt" of this item in the caller's request."""
+        check_text(text, field("text"), self.config.max_text_bytes)
+        if role not in ROLES:
+            raise InvalidArgument(field("role"), f"must be one of {list(ROLES)}")
+        if prompt and role != "response":
+            raise InvalidArgument(field("prompt"), "only a response is judged with a prompt")
+        return Item(text, role, check_text(prompt, field("prompt"), self.config.max_text_bytes) if prompt else None)
 
     # -- models and thresholds
     async def model(self, key: RefKey, field: str = "model") -> Loaded:

@@ -1,7 +1,8 @@
 """The guard (or the distilled student) as a kserve.Model (Open Inference Protocol v2), for KServe
 InferenceServices and `praxon predictor moderation --tenant T --model guard@production`.
 
-Inputs:   "text"    BYTES [N]  UTF-8 texts (required)
+Inputs:   "text"    BYTES [N]  UTF-8 texts (required; the servicer's limits: N <= max_batch_items, each text
+                               <= max_text_bytes and MAX_TEXT_CHARS, checked by ModerationEngine.check_item)
           "role"    BYTES [N]  "prompt" | "response" (optional; default "prompt")
           "prompt"  BYTES [N]  for a response: the prompt it answers ("" = none); optional
 Outputs:  "unsafe_score"  FP64  [N]      P(unsafe), max over the text's chunks
@@ -30,10 +31,7 @@ from services.common.oip import TensorSpec
 from services.common.errors import InvalidArgument
 from services.common.serving import RefKey
 from services.moderation.decision import Item
-from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.taxonomy import N_TOPICS, ROLES, TOPICS
-
-MAX_ITEMS = 1024
+from services.moderation.taxonomy import N_TOPICS, TOPICS
 
 
 def _strings(inp, name: str, n: int | None = None) -> list[str]:
@@ -71,34 +69,23 @@ class GuardPredictor(Model):
         return self.ready
 
     def parse(self, payload: InferRequest) -> list[Item]:
+        """The request's items, checked by the engine with the servicer's limits (ServingConfig)."""
         if not isinstance(payload, InferRequest):
             raise InvalidInput("expected an Open Inference Protocol v2 request")
         text_in = payload.get_input_by_name("text")
         if text_in is None:
             raise InvalidInput("input 'text' (BYTES [N]) is required")
-        texts = _strings(text_in, "text")
-        if not texts:
-            raise InvalidInput("input 'text' is empty")
-        if len(texts) > MAX_ITEMS:
-            raise InvalidInput(f"at most {MAX_ITEMS} texts per request")
-        for i, t in enumerate(texts):
-            if not t.strip():
-                raise InvalidInput(f"text[{i}] is empty")
-            if len(t) > MAX_TEXT_CHARS:
-                raise InvalidInput(f"text[{i}] is longer than {MAX_TEXT_CHARS} characters")
-        role_in = payload.get_input_by_name("role")
-        roles = _strings(role_in, "role", len(texts)) if role_in is not None else ["prompt"] * len(texts)
-        for i, r in enumerate(roles):
-            if r not in ROLES:
-                raise InvalidInput(f"role[{i}] must be one of {list(ROLES)}")
-        prompt_in = payload.get_input_by_name("prompt")
-        prompts = _strings(prompt_in, "prompt", len(texts)) if prompt_in is not None else [""] * len(texts)
-        for i, (r, p) in enumerate(zip(roles, prompts, strict=True)):
-            if p and r != "response":
-                raise InvalidInput(f"prompt[{i}] given for a prompt: only a response is judged with a prompt")
-            if p and (not p.strip() or len(p) > MAX_TEXT_CHARS):
-                raise InvalidInput(f"prompt[{i}] must be a non-empty text of at most {MAX_TEXT_CHARS} characters")
-        return [Item(t, r, p or None) for t, r, p in zip(texts, roles, prompts, strict=True)]
+        try:
+            texts = _strings(text_in, "text")
+            self.engine.check_batch_size(len(texts), "text")
+            role_in = payload.get_input_by_name("role")
+            roles = _strings(role_in, "role", len(texts)) if role_in is not None else ["prompt"] * len(texts)
+            prompt_in = payload.get_input_by_name("prompt")
+            prompts = _strings(prompt_in, "prompt", len(texts)) if prompt_in is not None else [""] * len(texts)
+            return [self.engine.check_item(t, r, p, lambda part, i=i: f"{part}[{i}]")
+                    for i, (t, r, p) in enumerate(zip(texts, roles, prompts, strict=True))]
+        except InvalidArgument as exc:
+            raise InvalidInput(exc.message) from None
 
     INPUTS = (TensorSpec("text", "BYTES", (-1,)),
               TensorSpec("role", "BYTES", (-1,)),
@@ -121,7 +108,7 @@ class GuardPredictor(Model):
         items = self.parse(payload)
         try:
             loaded, results = await self.engine.moderate(self.tenant_id, self.key, items)
-        except InvalidArgument as exc:  # validated above; kept as a client error all the same
+        except InvalidArgument as exc:  # e.g. a model reference the engine rejects: still a client error
             raise InvalidInput(exc.message) from None
         self.last_info = loaded.info
         n = len(items)

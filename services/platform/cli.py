@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from praxon.models.v1 import models_pb2, models_pb2_grpc
-from services.common.client import Target, resolve_target, state_name, wait_for_success, watch
+from services.common.client import Target, new_idempotency_key, resolve_target, state_name, wait_for_success, watch
 
 
 def cmd_jobs(args) -> None:
@@ -57,7 +57,8 @@ def cmd_selftest(args) -> None:
 
     target = resolve_target(args.address, args.token, args.data_dir)
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
-    job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=args.steps, step_seconds=args.step_seconds),
+    job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=args.steps, step_seconds=args.step_seconds,
+                                                                 idempotency_key=new_idempotency_key()),
                                 metadata=target.metadata).job
     print(f"started self-test job {job.id}")
     job = wait_for_success(target, job, "self-test")
@@ -67,7 +68,8 @@ def cmd_selftest(args) -> None:
 def demo(target: Target) -> None:
     """`praxon demo` step: the self-test job through the public API, then the registry."""
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
-    job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=10, step_seconds=0.2),
+    job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=10, step_seconds=0.2,
+                                                                 idempotency_key=new_idempotency_key()),
                                 metadata=target.metadata).job
     print(f"submitted job {job.id} ({job.kind}); watching its events:")
     job = wait_for_success(target, job, "self-test")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from services.common.client import upload, wait_for_success
+from services.common.client import new_idempotency_key, upload, wait_for_success
 
 METRIC_COLUMNS = ("recall_10", "ndcg_10", "recall_20", "ndcg_20", "masked_recall_10", "masked_ndcg_10")
 # The demo has minutes, not hours. It trains SASRec-CE (RecBole's architecture: 64-d, 2 layers, 2 heads), the model
@@ -48,7 +48,7 @@ def import_dataset(target, *, builtin: str | None = None, path: Path | None = No
     out = out or sys.stdout
 
     req = pb.StartImportInteractionsJobRequest(name=name, protocol=pb.SplitProtocol.Value(
-        f"SPLIT_PROTOCOL_{protocol.upper()}"))
+        f"SPLIT_PROTOCOL_{protocol.upper()}"), idempotency_key=new_idempotency_key())
     if path is not None:
         art = upload(target, path.name, path)
         out.write(f"uploaded {path.name}: artifact {art.id} ({art.size_bytes} bytes)\n")
@@ -76,7 +76,8 @@ def train(target, dataset_id: str, kind: str, name: str, params: dict, *, promot
     own = {f.name for f in pb.TrainingParams.DESCRIPTOR.fields}
     req = pb.StartTrainingJobRequest(dataset_artifact_id=dataset_id, model_name=name,
                                      model_kind=pb.ModelKind.Value(f"MODEL_KIND_{kind.upper()}"),
-                                     params=pb.TrainingParams(**{k: v for k, v in params.items() if k in own}))
+                                     params=pb.TrainingParams(**{k: v for k, v in params.items() if k in own}),
+                                     idempotency_key=new_idempotency_key())
     if extra := {k: v for k, v in params.items() if k not in own}:
         s = struct_pb2.Struct()
         s.update(extra)
@@ -180,7 +181,8 @@ def cmd_sweep(args) -> None:
     extra.update({k: v for k, v in shared.items() if k not in own})
     req = pb.StartSweepJobRequest(dataset_artifact_id=dataset, grid=axes, metric=args.metric,
                                   model_kind=pb.ModelKind.Value(f"MODEL_KIND_{args.kind.upper()}"),
-                                  params=pb.TrainingParams(**{k: v for k, v in shared.items() if k in own}))
+                                  params=pb.TrainingParams(**{k: v for k, v in shared.items() if k in own}),
+                                  idempotency_key=new_idempotency_key())
     if extra:
         req.extra_params.CopyFrom(extra)
     job = wait_for_success(target, _stub(target).StartSweepJob(req, metadata=target.metadata).job, "sweep",

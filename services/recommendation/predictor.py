@@ -163,8 +163,7 @@ def build(settings, tenant_id: str, model_ref: str) -> RecommendationPredictor:
     key = RefKey(tenant_id, name, version, alias)
     pool = db.create_pool(settings, max_size=2)
     cache = ModelCache(Registry(pool, ArtifactStore(settings)), build_loaded, config, what="recommendation model")
-    first = cache.load_now(key)
-    cache._loaded[first.info.model_version_id] = first
+    first = cache.warm(key)  # the first get() serves this version, not a second load of it
 
     async def current() -> Loaded:
         return await cache.get(key)

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from services.common.client import Target
 from services.common.embedded import free_port
 from tests import harness
 
@@ -103,6 +105,15 @@ def test_token_create_then_service_commands_against_what_up_started(tmp_path):
         out = praxon("recommend", "train", "--dataset", dataset, "--kind", "popularity", "--name", "cli-rec",
                      *client, env=env)
         assert out.returncode == 0 and "registered cli-rec v1" in out.stdout, out.stdout + out.stderr
+        # each command sent its own idempotency key, so a Start call the channel replays returns the same job
+        target = Target(info["address"], token)
+        try:
+            jobs = jobs_pb2_grpc.JobServiceStub(target.channel()).ListJobs(jobs_pb2.ListJobsRequest(page_size=10),
+                                                                         metadata=target.metadata).jobs
+        finally:
+            target.close()
+        keys = [j.idempotency_key for j in jobs]
+        assert len(set(keys)) == len(keys) == 2 and all(re.fullmatch(r"[0-9a-f]{32}", k) for k in keys), keys
 
         out = praxon("models", "alias", "cli-rec", "1", "production", *client, env=env)
         assert out.returncode == 0 and "alias production -> cli-rec v1" in out.stdout, out.stdout + out.stderr

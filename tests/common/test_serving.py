@@ -124,6 +124,22 @@ def test_default_alias_then_latest_pinned_versions_and_aliases(settings, reg, te
         == Toy(2.0, 2)
 
 
+def test_warm_keeps_the_model_so_the_first_get_does_not_load_it_again(settings, reg, tenant):
+    """What a predictor does before its server starts; the warmed version counts against max_models like any."""
+    for v in (1.0, 2.0):
+        register(settings, reg, tenant, "toy", v)
+    builds: list[int] = []
+
+    def counting(tensors, config, row):
+        builds.append(int(row["version"]))
+        return build_toy(tensors, config, row)
+    cache = ModelCache(reg, counting, ServingConfig(max_models=1))
+    assert cache.warm(RefKey(tenant, "toy", 1)) == Toy(1.0, 1)
+    assert asyncio.run(cache.get(RefKey(tenant, "toy", 1), wait_s=0)) == Toy(1.0, 1) and builds == [1]
+    cache.warm(RefKey(tenant, "toy", 2))  # evicts version 1 (max_models=1)
+    assert asyncio.run(get_when_loaded(cache, RefKey(tenant, "toy", 1))) == Toy(1.0, 1) and builds == [1, 2, 1]
+
+
 def test_a_loading_model_is_unavailable_with_retry_after_then_served(settings, reg, tenant):
     register(settings, reg, tenant, "toy", 5.0)
     builder = Gated()
@@ -379,3 +395,21 @@ def test_run_grouped_isolates_failures_to_their_own_items(items):
             assert isinstance(r, RuntimeError)
         else:
             assert r == k * 100 + x
+
+
+def test_run_grouped_runs_a_failing_item_once_when_it_is_alone_and_once_more_when_isolated():
+    """A failing group of one already ran alone: it is not run a second time (that would repeat its work and any
+    side effects). A failing group of several is retried item by item, once each."""
+    from services.common.serving import run_grouped
+
+    calls: list[list[tuple[str, int]]] = []
+
+    def per_group(group):
+        calls.append(list(group))
+        if any(x < 0 for _, x in group):
+            raise ValueError(f"bad item in {group}")
+        return [x for _, x in group]
+
+    out = run_grouped(per_group, [("a", -1), ("b", 2), ("b", -3)], lambda it: it[0])
+    assert isinstance(out[0], ValueError) and out[1] == 2 and isinstance(out[2], ValueError)
+    assert calls == [[("a", -1)], [("b", 2), ("b", -3)], [("b", 2)], [("b", -3)]]

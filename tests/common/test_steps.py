@@ -53,3 +53,15 @@ def test_a_checkpoint_of_another_kind_is_not_resumed():
     run_steps(ctx, Descent(3))
     ctx.kind = "b"
     assert len(run_steps(ctx, Descent(3))["losses"]) == 3 and len(ctx.events) == 6
+
+
+def test_a_checkpoint_with_another_fingerprint_is_not_resumed():
+    """A job's inputs that changed between the crash and the resume (e.g. packaged data replaced by an upgrade):
+    the steps start over; the same fingerprint resumes."""
+    for fingerprint, steps_after_resume in (("data-v1", 2), ("data-v2", 5)):
+        ctx = InMemoryJobContext(params={}, cancel_after_progress=3)
+        with pytest.raises(Cancelled):
+            run_steps(ctx, Descent(5), fingerprint="data-v1")
+        ctx.cancel_after_progress = None
+        assert len(run_steps(ctx, Descent(5), fingerprint=fingerprint)["losses"]) == 5
+        assert len(ctx.events) == 3 + steps_after_resume

@@ -673,6 +673,7 @@ def test_predictor_and_servicer_give_the_same_answers(mod_env, local_guard):
         grpc_res = call(mod_env.stub.ModerateBatch, pb.ModerateBatchRequest(model=guard_ref(1), items=items),
                         mod_env.md).results
         assert np.allclose(out["unsafe_score"], [r.unsafe_score for r in grpc_res], atol=1e-4)
+        assert np.allclose(out["topic_scores"], [[t.score for t in r.topics] for r in grpc_res], atol=1e-4)
         assert out["severity"].tolist() == [[t.severity for t in r.topics] for r in grpc_res]
         assert out["blocked"].tolist() == [r.blocked for r in grpc_res] and any(out["blocked"])
     finally:

@@ -72,7 +72,8 @@ def test_equal_positive_and_negative_with_shared_noise_make_the_preference_term_
     """With e- = e+ and the same noise and t, L_pos == L_neg identically, so the preference term equals
     (1 - lam) * log 2 whatever the parameters and contributes zero gradient; lam = 0 leaves a loss of exactly log 2
     with all-zero gradients, lam > 0 leaves (1 - lam) log 2 + lam * L_pos. Seeded draws; the zero-gradient check
-    allows float32 rounding relative to the gradients' scale (a 1.4e-7 element once failed an absolute 1e-7)."""
+    allows an absolute 1e-6 of float32 rounding where the two paths' gradients cancel (the largest element over
+    seeds 11-30 was 2.7e-7; a 1.4e-7 element once failed an absolute 1e-7)."""
     hist, lengths, target = batch(b=10)
     g = torch.Generator().manual_seed(11)
     t = torch.randint(0, 2000, (10,), generator=g)

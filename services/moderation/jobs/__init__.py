@@ -1,5 +1,7 @@
 """Long jobs of the moderation service, one file per job kind, written against services.common.jobcontext.JobContext
-(parameters: services/moderation/params.py, validated here from ctx.params with the servicer's model):
+(parameters: services/moderation/params.py, validated here from ctx.params with the servicer's model). The guard,
+calibration and distillation jobs are Steps under run_steps, which owns their resume, cancellation, checkpoints and
+progress; the policy scorer trains in one go (nothing to resume):
 
 train_guard.py          moderation.train_guard          the guard ("frozen_linear" / "finetune"), decision defaults
 train_policy_scorer.py  moderation.train_policy_scorer  the SafeWatch-style rule scorer

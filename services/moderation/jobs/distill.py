@@ -11,15 +11,17 @@ import numpy as np
 import torch
 
 from services.common.errors import InvalidArgument
-from services.common.jobcontext import JobContext
+from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
 from services.moderation.guard import GuardModel
 from services.moderation.jobs.data import load_examples, split_examples
 from services.moderation.metrics import average_precision, f1_score
 from services.moderation.params import DistillParams
+from services.moderation.schema import GuardExample
 
-_DIST_CHUNK = 64
-_DIST_CKPT_EVERY = 4
+_DIST_CHUNK = 64      # texts the teacher labels a step
+_DIST_CKPT_EVERY = 4  # steps per checkpoint (the labels so far are in every one)
+_LABELS = ("unsafe", "topics", "severity_ge")
 
 
 def _unsafe_metrics(prefix: str, p_unsafe: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -30,119 +32,153 @@ def _unsafe_metrics(prefix: str, p_unsafe: np.ndarray, y: np.ndarray) -> dict[st
     return {k: float(v) for k, v in out.items() if np.isfinite(v)}
 
 
+class Distillation:
+    """The Steps of one distillation: the teacher's labels for the train + augmented + validation texts, _DIST_CHUNK
+    texts a step; then each student run ("plain": the train rows only, as the baseline; "augmented": train +
+    augmented rows), an epoch a step. A run that is not the last leaves only its validation metrics behind (its
+    weights are not needed); the last one is the registered student."""
+
+    def __init__(self, p: DistillParams, train: list[GuardExample], val: list[GuardExample], aug: list,
+                 generator: str):
+        from services.moderation.distill import StudentConfig, TrainConfig
+
+        self.p, self.train, self.val, self.generator = p, train, val, generator
+        self.texts = [r.text for r in train] + [a.text for a in aug] + [r.text for r in val]
+        self.roles = [r.role for r in train] + [a.role for a in aug] + [r.role for r in val]
+        self.contexts = [r.prompt for r in train] + [None] * len(aug) + [r.prompt for r in val]
+        self.n_tr, self.n_aug = len(train), len(aug)
+        self.runs = ([("plain", self.n_tr)] if p.train_plain else []) + (
+            [("augmented", self.n_tr + self.n_aug)] if self.n_aug else [])
+        self.n_chunks = -(-len(self.texts) // _DIST_CHUNK)
+        self.total = self.n_chunks + len(self.runs) * p.epochs
+        self.scfg = StudentConfig(p.dim, p.hidden, p.buckets, p.min_count, p.max_vocab)
+        self.tc = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
+                              warmup_fraction=p.warmup_fraction, max_norm=p.max_norm, aux_weight=p.aux_weight,
+                              seed=p.seed)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps([self.p.teacher_model_version_id, self.texts, self.roles,
+                                          self.contexts]).encode()).hexdigest()
+
+    def message(self, done: int, total: int) -> str:
+        if done <= self.n_chunks:
+            return "teacher labels"
+        run, epoch = divmod(done - 1 - self.n_chunks, self.p.epochs)
+        return f"{self.runs[run][0]} student epoch {epoch + 1}"
+
+    def setup(self, ctx: JobContext) -> None:
+        tensors, tconfig = ctx.load_model(self.p.teacher_model_version_id)
+        self.teacher = GuardModel.from_registry(tensors, tconfig, version=self.p.teacher_model_version_id)
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _LABELS}
+        self.metrics: dict[str, float] = {}  # of the runs finished before the last
+        self.run, self.trainer = -1, None
+
+    def labels(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) for k, v in self.parts.items()}
+
+    def hard_aug(self) -> np.ndarray:
+        """The teacher's decisions on the augmented texts: their hard labels."""
+        return (self.labels()["unsafe"][self.n_tr:self.n_tr + self.n_aug] > 0.5).astype(np.int64)
+
+    def _start_run(self, run: int) -> None:
+        from services.moderation.distill import StudentTrainer, Vocabulary, encode_data
+
+        n_rows = self.runs[run][1]
+        texts, roles, tl = self.texts[:n_rows], self.roles[:n_rows], self.labels()
+        hard = np.concatenate([np.array([int(r.unsafe) for r in self.train]), self.hard_aug()])[:n_rows]
+        vocab = Vocabulary.build(texts, buckets=self.scfg.buckets, min_count=self.scfg.min_count,
+                                 max_size=self.scfg.max_vocab)
+        self.data = encode_data(vocab, texts, roles, hard, {k: v[:n_rows] for k, v in tl.items()},
+                                self.contexts[:n_rows])
+        self.run, self.trainer = run, StudentTrainer(vocab, self.scfg, self.tc, n_rows)
+
+    def _val_metrics(self, run: int, student) -> dict[str, float]:
+        if not self.val:
+            return {}
+        pv = student.predict_proba([r.text for r in self.val], [r.role for r in self.val],
+                                   [r.prompt for r in self.val])["unsafe"]
+        return _unsafe_metrics("plain" if self.runs[run][0] == "plain" else "student", pv,
+                               np.array([float(r.unsafe) for r in self.val]))
+
+    def step(self, i: int) -> dict[str, float] | None:
+        if i < self.n_chunks:
+            s = slice(i * _DIST_CHUNK, (i + 1) * _DIST_CHUNK)
+            pr = self.teacher.predict_proba(self.texts[s], self.roles[s], self.contexts[s])
+            for k in _LABELS:
+                self.parts[k].append(pr[k])
+            return None
+        run, epoch = divmod(i - self.n_chunks, self.p.epochs)
+        if run != self.run:
+            self._start_run(run)
+        loss = self.trainer.train_epoch(self.data, epoch)
+        if epoch + 1 == self.p.epochs and run < len(self.runs) - 1:
+            self.metrics.update(self._val_metrics(run, self.trainer.to_student()))
+            self.trainer = None
+        return {"loss": loss}
+
+    def state(self) -> dict[str, Any]:
+        st = {**{k: torch.from_numpy(v) for k, v in self.labels().items()}, "metrics": dict(self.metrics),
+              "run": self.run}
+        if self.trainer is not None:
+            st["trainer"] = self.trainer.state()
+        return st
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.parts = {k: [st[k].numpy()] for k in _LABELS}
+        self.metrics = dict(st["metrics"])
+        if "trainer" in st:
+            self._start_run(int(st["run"]))
+            self.trainer.load_state(st["trainer"])
+        else:
+            self.run = int(st["run"])
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        p, val, n_tr, n_aug = self.p, self.val, self.n_tr, self.n_aug
+        student = self.trainer.to_student()
+        metrics = dict(self.metrics)
+        y_val = np.array([float(r.unsafe) for r in val])
+        metrics.update(_unsafe_metrics("teacher", self.labels()["unsafe"][n_tr + n_aug:], y_val))
+        metrics.update(self._val_metrics(len(self.runs) - 1, student))
+        defaults = None
+        if val:  # the student's own decision defaults, chosen on the validation split like the teacher's
+            from services.moderation.decision import choose_defaults
+
+            pv_all = student.predict_proba([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
+            defaults = choose_defaults(pv_all, val, target_false_block_rate=float(
+                self.teacher.config.get("decision_defaults", {}).get("target_false_block_rate", 0.05)))
+            metrics.update(student_val_default_false_block_rate=defaults["false_block_rate"],
+                           student_val_default_recall=defaults["recall"])
+        metrics.update(n_train=float(n_tr), n_augment=float(n_aug), n_validation=float(len(val)),
+                       augment_teacher_unsafe_fraction=float(self.hard_aug().mean()) if n_aug else 0.0)
+        student.config = {"teacher_model_version_id": p.teacher_model_version_id, "augmented": bool(n_aug),
+                          "augment_generator": self.generator if n_aug else None, "n_train": n_tr, "n_augment": n_aug,
+                          "train": {k: v for k, v in asdict(self.tc).items()},
+                          "loss": "0.5*(CE(hard)+KL(teacher||student)) + aux_weight*BCE(topics,severity; teacher)",
+                          **({"decision_defaults": defaults} if defaults else {})}
+        t, cfg = student.to_registry()
+        info = ctx.register_model(p.model_name, t, kind="guard.student", config=cfg, metrics=metrics,
+                                  dataset_artifact_id=p.dataset_artifact_id,
+                                  parent_version_ids=[p.teacher_model_version_id])
+        ctx.progress(1.0, "registered", **metrics)
+        return {"model_version_id": info.model_version_id, "name": info.name,
+                "metrics": metrics, "student_fingerprint": student.fingerprint(), "augmented": bool(n_aug)}
+
+
 def run_distillation(ctx: JobContext) -> dict[str, Any]:
-    """params: DistillParams. Teacher = the registered guard `teacher_model_version_id`. Steps (checkpointed):
-    teacher labels for train + augmented + validation texts; the plain student (train rows only) and the HarmAug
-    student (train + augmented rows), an epoch a step; F1 / AUPRC (unsafe) of teacher, plain and augmented
+    """params: DistillParams. Teacher = the registered guard `teacher_model_version_id`. Steps (Distillation, under
+    run_steps): teacher labels for train + augmented + validation texts; the plain student (train rows only) and the
+    HarmAug student (train + augmented rows), an epoch a step; F1 / AUPRC (unsafe) of teacher, plain and augmented
     students on the validation split; registers the augmented student (kind "guard.student") with the metrics."""
     from services.moderation.augment import TemplateGenerator
-    from services.moderation.distill import (
-        StudentConfig,
-        StudentTrainer,
-        TrainConfig,
-        Vocabulary,
-        encode_data,
-    )
 
     p = parse_params(DistillParams, ctx.params, prefix="params.")
     rows = load_examples(ctx, p.dataset_artifact_id, p.format)
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
-    tensors, tconfig = ctx.load_model(p.teacher_model_version_id)
-    teacher = GuardModel.from_registry(tensors, tconfig, version=p.teacher_model_version_id)
     gen = TemplateGenerator()
     n_gen = p.effective_n_augment
     aug = gen.generate(n_gen, seed=p.augment_seed, exclude=[r.text for r in rows]) if n_gen else []
-    texts = [r.text for r in train] + [a.text for a in aug] + [r.text for r in val]
-    roles = [r.role for r in train] + [a.role for a in aug] + [r.role for r in val]
-    contexts = [r.prompt for r in train] + [None] * len(aug) + [r.prompt for r in val]
-    n_tr, n_aug = len(train), len(aug)
-    digest = hashlib.sha256(json.dumps([p.teacher_model_version_id, texts, roles, contexts]).encode()).hexdigest()
-
-    st = ctx.load_checkpoint()
-    if st is None or st.get("kind") != "distillation" or st.get("digest") != digest:
-        st = {"kind": "distillation", "digest": digest, "done": 0, "unsafe": torch.zeros(0, dtype=torch.float64),
-              "topics": torch.zeros(0, 11, dtype=torch.float64),
-              "severity_ge": torch.zeros(0, 11, 4, dtype=torch.float64), "metrics": {}}
-    parts = {k: [st[k].numpy()] for k in ("unsafe", "topics", "severity_ge")}
-    done, chunks = int(st["done"]), 0
-    while done < len(texts):
-        ctx.check_cancelled()
-        pr = teacher.predict_proba(texts[done:done + _DIST_CHUNK], roles[done:done + _DIST_CHUNK],
-                                   contexts[done:done + _DIST_CHUNK])
-        for k, v in parts.items():
-            v.append(pr[k])
-        done = min(len(texts), done + _DIST_CHUNK)
-        chunks += 1
-        if chunks % _DIST_CKPT_EVERY == 0 or done == len(texts):
-            st = {**st, "done": done, **{k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}}
-            ctx.save_checkpoint(st)
-        ctx.progress(0.4 * done / len(texts), "teacher labels")
-    tl = {k: np.concatenate(v) for k, v in parts.items()}
-
-    y_val = np.array([float(r.unsafe) for r in val])
-    metrics: dict[str, float] = dict(st.get("metrics", {}))
-    metrics.update(_unsafe_metrics("teacher", tl["unsafe"][n_tr + n_aug:], y_val))
-    hard_tr = np.array([int(r.unsafe) for r in train])
-    hard_aug = (tl["unsafe"][n_tr:n_tr + n_aug] > 0.5).astype(np.int64)
-    scfg = StudentConfig(p.dim, p.hidden, p.buckets, p.min_count, p.max_vocab)
-    tc = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
-                     warmup_fraction=p.warmup_fraction, max_norm=p.max_norm, aux_weight=p.aux_weight, seed=p.seed)
-    runs = ([("plain", n_tr)] if p.train_plain else []) + ([("augmented", n_tr + n_aug)] if n_aug else [])
-    student = None
-    for ri, (name, n_rows) in enumerate(runs):
-        last = ri == len(runs) - 1
-        if st.get(f"{name}_done") and not last:
-            continue  # finished before a crash: its metrics are in st["metrics"], its weights are not needed
-        lo, hi = 0.4 + 0.55 * ri / len(runs), 0.4 + 0.55 * (ri + 1) / len(runs)
-        t_texts, t_roles = texts[:n_rows], roles[:n_rows]
-        hard = np.concatenate([hard_tr, hard_aug])[:n_rows]
-        vocab = Vocabulary.build(t_texts, buckets=scfg.buckets, min_count=scfg.min_count, max_size=scfg.max_vocab)
-        d = encode_data(vocab, t_texts, t_roles, hard, {k: v[:n_rows] for k, v in tl.items()}, contexts[:n_rows])
-        trainer = StudentTrainer(vocab, scfg, tc, n_rows)
-        key = f"{name}_trainer"
-        epoch = int(st.get(f"{name}_epoch", 0))
-        if key in st:
-            trainer.load_state(st[key])
-        while epoch < p.epochs:
-            ctx.check_cancelled()
-            loss = trainer.train_epoch(d, epoch)
-            epoch += 1
-            st = {**{k: v for k, v in st.items() if not k.endswith("_trainer")}, key: trainer.state(),
-                  f"{name}_epoch": epoch}
-            ctx.save_checkpoint(st)
-            ctx.progress(lo + (hi - lo) * epoch / p.epochs, f"{name} student epoch {epoch}", loss=loss)
-        student = trainer.to_student()
-        if val:
-            pv = student.predict_proba([r.text for r in val], [r.role for r in val],
-                                       [r.prompt for r in val])["unsafe"]
-            metrics.update(_unsafe_metrics("plain" if name == "plain" else "student", pv, y_val))
-        if not last:
-            st = {**{k: v for k, v in st.items() if k != key}, "metrics": dict(metrics), f"{name}_done": True}
-            ctx.save_checkpoint(st)
-    assert student is not None
-    if val:  # the student's own decision defaults, chosen on the validation split like the teacher's
-        from services.moderation.decision import choose_defaults
-
-        pv_all = student.predict_proba([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
-        defaults = choose_defaults(pv_all, val, target_false_block_rate=float(
-            teacher.config.get("decision_defaults", {}).get("target_false_block_rate", 0.05)))
-        metrics.update(student_val_default_false_block_rate=defaults["false_block_rate"],
-                       student_val_default_recall=defaults["recall"])
-    else:
-        defaults = None
-    metrics.update(n_train=float(n_tr), n_augment=float(n_aug), n_validation=float(len(val)),
-                   augment_teacher_unsafe_fraction=float(hard_aug.mean()) if n_aug else 0.0)
-    student.config = {"teacher_model_version_id": p.teacher_model_version_id, "augmented": bool(n_aug),
-                      "augment_generator": gen.name if n_aug else None, "n_train": n_tr, "n_augment": n_aug,
-                      "train": {k: v for k, v in asdict(tc).items()},
-                      "loss": "0.5*(CE(hard)+KL(teacher||student)) + aux_weight*BCE(topics,severity; teacher)",
-                      **({"decision_defaults": defaults} if defaults else {})}
-    t, cfg = student.to_registry()
-    info = ctx.register_model(p.model_name, t, kind="guard.student", config=cfg, metrics=metrics,
-                              dataset_artifact_id=p.dataset_artifact_id,
-                              parent_version_ids=[p.teacher_model_version_id])
-    ctx.progress(1.0, "registered", **metrics)
-    return {"model_version_id": info.model_version_id, "name": info.name,
-            "metrics": metrics, "student_fingerprint": student.fingerprint(), "augmented": bool(n_aug)}
+    job = Distillation(p, train, val, aug, gen.name)
+    return run_steps(ctx, job, checkpoint_every=_DIST_CKPT_EVERY, message=job.message, progress_span=(0.0, 0.95),
+                     fingerprint=job.fingerprint())

@@ -1,6 +1,7 @@
 """moderation.train_guard: train a guard ("frozen_linear" or "finetune") from a labeled dataset artifact or the
-packaged seed set, with progress per Newton iteration / epoch, a checkpoint after each one (a killed job resumes from
-the last one), decision defaults chosen on the validation split, and the model registered."""
+packaged seed set, as steps under run_steps (services.common.jobcontext: progress, cancellation, a checkpoint after
+every step, so a killed job resumes from the last one): the encoder's features, one Newton iteration a step, then
+(finetune) one epoch a step; decision defaults chosen on the validation split, and the model registered."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +13,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from services.common.errors import InvalidArgument
-from services.common.jobcontext import JobContext
+from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
 from services.moderation.encoder import EMBED_DIM, get_base_encoder
 from services.moderation.guard import (
@@ -52,80 +53,116 @@ def example_features(ctx: JobContext | None, rows: list[GuardExample], lo: float
     return np.concatenate(out) if out else np.zeros((0, FEATURE_DIM))
 
 
-def run_guard_training(ctx: JobContext) -> dict[str, Any]:
-    from services.moderation.decision import choose_defaults
+class GuardTraining:
+    """The Steps of one guard training. Step 0: the frozen encoder's features of the train and validation rows (its
+    own progress, below 0.3), stored as an artifact so that a resumed job reads them back instead of encoding again.
+    Then one Newton iteration a step, until max |gradient| < tol (the Newton steps end there: total shrinks) or
+    max_iter. Then, for "finetune", one epoch a step, starting from the Newton heads."""
 
+    def __init__(self, p: GuardTrainParams, train: list[GuardExample], val: list[GuardExample], digest: str):
+        self.p, self.train, self.val, self.digest = p, train, val, digest
+        self.newton = p.max_iter  # Newton steps; lowered to the iterations run when the gradient is below tol
+        self.epochs = p.epochs if p.kind == "finetune" else 0
+
+    @property
+    def total(self) -> int:
+        return 1 + self.newton + self.epochs
+
+    def message(self, done: int, total: int) -> str:
+        if done == 1:
+            return "features"
+        if done <= 1 + self.newton:
+            return f"newton iteration {done - 1}"
+        return f"epoch {done - 1 - self.newton}"
+
+    def setup(self, ctx: JobContext) -> None:
+        self.ctx, self.enc = ctx, get_base_encoder()
+        self.y_tr = Targets.from_examples(self.train)
+        self.heads, self.iters, self.trainer = LinearHeads.init(), 0, None
+
+    def step(self, i: int) -> dict[str, float] | None:
+        if i == 0:
+            self.phi_tr = example_features(self.ctx, self.train, 0.0, 0.25, "train")
+            self.phi_va = example_features(self.ctx, self.val, 0.25, 0.3, "validation")
+            self.features_id = self.ctx.write_artifact(
+                "guard-features.safetensors",
+                st_save({"train": torch.from_numpy(self.phi_tr), "validation": torch.from_numpy(self.phi_va)}),
+                "application/vnd.praxon.safetensors", {"dataset_sha256": self.digest})
+            return None
+        if i <= self.newton:
+            self.heads, g = newton_step(self.heads, self.phi_tr, self.y_tr, self.p.l2)
+            self.iters = i
+            if g < self.p.tol:
+                self.newton = i
+            return {"grad_max": g}
+        if self.trainer is None:
+            self.trainer = self._finetune_trainer()
+        t = self.train
+        loss = self.trainer.train_epoch([r.text for r in t], [r.role for r in t], self.y_tr, i - 1 - self.newton,
+                                        [r.prompt for r in t])
+        return {"loss": loss}
+
+    def _finetune_trainer(self) -> FinetuneTrainer:
+        p = self.p
+        return FinetuneTrainer(self.enc, self.heads, trainable_layers=p.trainable_layers, l2=p.l2, lr=p.lr,
+                               head_lr=p.head_lr, batch_size=p.batch_size, seed=p.seed)
+
+    def state(self) -> dict[str, Any]:
+        st = {"features_artifact_id": self.features_id, "newton": self.newton, "iters": self.iters,
+              "heads": self.heads.tensors("")}
+        if self.trainer is not None:
+            st["trainer"] = self.trainer.state()
+        return st
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.features_id = st["features_artifact_id"]
+        feats = st_load(self.ctx.read_artifact(self.features_id))
+        self.phi_tr, self.phi_va = feats["train"].numpy(), feats["validation"].numpy()
+        self.newton, self.iters = int(st["newton"]), int(st["iters"])
+        self.heads = LinearHeads.from_tensors(st["heads"], prefix="")
+        if "trainer" in st:
+            self.trainer = self._finetune_trainer()
+            self.trainer.load_state(st["trainer"])
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        from services.moderation.decision import choose_defaults
+
+        p, val = self.p, self.val
+        config = base_config(p.kind, self.enc, p.l2, newton_iterations=self.iters, dataset_sha256=self.digest,
+                             n_train=len(self.train), n_validation=len(val))
+        phi_va = self.phi_va
+        if p.kind == "frozen_linear":
+            model = GuardModel("frozen_linear", self.heads, config, self.enc)
+        else:
+            config.update(trainable_layers=p.trainable_layers, epochs=p.epochs, lr=p.lr, head_lr=p.head_lr,
+                          batch_size=p.batch_size, seed=p.seed)
+            model = self.trainer.to_model(config)
+            if val:  # the fine-tuned encoder's features
+                phi_va = model.features([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
+        metrics: dict[str, float] = {}
+        if val:
+            pred = model.predict_from_features(phi_va)
+            metrics = {f"val_{k}": v for k, v in guard_metrics(pred, Targets.from_examples(val)).items()
+                       if np.isfinite(v)}
+            defaults = choose_defaults(pred, val, target_false_block_rate=p.target_false_block_rate)
+            model.config["decision_defaults"] = defaults
+            metrics.update({f"val_default_{k}": float(v) for k, v in defaults.items()
+                            if k in ("false_block_rate", "recall", "recall_all_unsafe")})
+        tensors, cfg = model.to_registry()
+        info = ctx.register_model(p.model_name, tensors, kind=f"guard/{p.kind}", config=cfg, metrics=metrics,
+                                  dataset_artifact_id=p.dataset_artifact_id)
+        ctx.progress(1.0, "registered", **metrics)
+        return {"model_version_id": info.model_version_id, "name": info.name, "kind": p.kind, "metrics": metrics,
+                "decision_defaults": cfg.get("decision_defaults"), "model_fingerprint": model.fingerprint()}
+
+
+def run_guard_training(ctx: JobContext) -> dict[str, Any]:
     p = parse_params(GuardTrainParams, ctx.params, prefix="params.")
     rows = load_examples(ctx, p.dataset_artifact_id, p.format)
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
     digest = hashlib.sha256(dump_guard_jsonl(rows)).hexdigest()
-    y_tr, y_va = Targets.from_examples(train), Targets.from_examples(val)
-    enc = get_base_encoder()
-
-    st = ctx.load_checkpoint()
-    if st is not None and st.get("dataset_sha256") != digest:
-        st = None  # the checkpoint belongs to other data: start over
-    if st is None:
-        phi_tr = example_features(ctx, train, 0.0, 0.25, "train")
-        phi_va = example_features(ctx, val, 0.25, 0.3, "validation")
-        fid = ctx.write_artifact("guard-features.safetensors",
-                                 st_save({"train": torch.from_numpy(phi_tr), "validation": torch.from_numpy(phi_va)}),
-                                 "application/vnd.praxon.safetensors", {"dataset_sha256": digest})
-        st = {"dataset_sha256": digest, "features_artifact_id": fid, "stage": "linear", "iter": 0, "done": False,
-              "heads": LinearHeads.init().tensors("")}
-        ctx.save_checkpoint(st)
-    else:
-        feats = st_load(ctx.read_artifact(st["features_artifact_id"]))
-        phi_tr, phi_va = feats["train"].numpy(), feats["validation"].numpy()
-
-    heads = LinearHeads.from_tensors(st["heads" if st["stage"] == "linear" else "warm_heads"], prefix="")
-    lin_hi = 0.95 if p.kind == "frozen_linear" else 0.5
-    while st["stage"] == "linear" and not st["done"] and st["iter"] < p.max_iter:
-        ctx.check_cancelled()
-        heads, g = newton_step(heads, phi_tr, y_tr, p.l2)
-        st = {**st, "iter": st["iter"] + 1, "done": g < p.tol, "heads": heads.tensors(""), "grad": g}
-        ctx.save_checkpoint(st)
-        ctx.progress(0.3 + (lin_hi - 0.3) * st["iter"] / p.max_iter, f"newton iteration {st['iter']}", grad_max=g)
-
-    config = base_config(p.kind, enc, p.l2, newton_iterations=int(st.get("iter", 0)),
-                         dataset_sha256=digest, n_train=len(train), n_validation=len(val))
-    if p.kind == "frozen_linear":
-        model = GuardModel("frozen_linear", heads, config, enc)
-    else:
-        if st["stage"] == "linear":
-            st = {k: v for k, v in st.items() if k != "heads"}  # checkpoints may not share tensors
-            st.update(stage="finetune", epoch=0, warm_heads={k: v.clone() for k, v in heads.tensors("").items()})
-        trainer = FinetuneTrainer(enc, LinearHeads.from_tensors(st["warm_heads"], prefix=""),
-                                  trainable_layers=p.trainable_layers, l2=p.l2, lr=p.lr, head_lr=p.head_lr,
-                                  batch_size=p.batch_size, seed=p.seed)
-        if "trainer" in st:
-            trainer.load_state(st["trainer"])
-        texts, roles, prompts = [r.text for r in train], [r.role for r in train], [r.prompt for r in train]
-        while st["epoch"] < p.epochs:
-            ctx.check_cancelled()
-            loss = trainer.train_epoch(texts, roles, y_tr, st["epoch"], prompts)
-            st = {**st, "epoch": st["epoch"] + 1, "trainer": trainer.state()}
-            ctx.save_checkpoint(st)
-            ctx.progress(0.5 + 0.45 * st["epoch"] / p.epochs, f"epoch {st['epoch']}", loss=loss)
-        config.update(trainable_layers=p.trainable_layers, epochs=p.epochs, lr=p.lr, head_lr=p.head_lr,
-                      batch_size=p.batch_size, seed=p.seed)
-        model = trainer.to_model(config)
-        if val:
-            phi_va = model.features([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
-
-    metrics: dict[str, float] = {}
-    if val:
-        pred = model.predict_from_features(phi_va)
-        metrics = {f"val_{k}": v for k, v in guard_metrics(pred, y_va).items() if np.isfinite(v)}
-        defaults = choose_defaults(pred, val, target_false_block_rate=p.target_false_block_rate)
-        model.config["decision_defaults"] = defaults
-        metrics.update({f"val_default_{k}": float(v) for k, v in defaults.items()
-                        if k in ("false_block_rate", "recall", "recall_all_unsafe")})
-    tensors, cfg = model.to_registry()
-    info = ctx.register_model(p.model_name, tensors, kind=f"guard/{p.kind}", config=cfg, metrics=metrics,
-                              dataset_artifact_id=p.dataset_artifact_id)
-    ctx.progress(1.0, "registered", **metrics)
-    return {"model_version_id": info.model_version_id, "name": info.name, "kind": p.kind, "metrics": metrics,
-            "decision_defaults": cfg.get("decision_defaults"), "model_fingerprint": model.fingerprint()}
+    job = GuardTraining(p, train, val, digest)
+    # the features (step 0) report progress up to 0.3; registration reports 1.0
+    return run_steps(ctx, job, message=job.message, progress_span=(0.3, 0.95), fingerprint=digest)
