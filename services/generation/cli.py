@@ -9,7 +9,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from services.common.client import upload, wait_for_success
+from services.common.client import new_idempotency_key, upload, wait_for_success
 
 # Sized for the demo on two CPU cores (a few minutes); benchmarks/generation/ trains the same recipe longer.
 DEMO_TRAIN = {"steps": 900, "batch_size": 16, "lr": 3e-3, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
@@ -40,7 +40,8 @@ def train(target, name: str, params: dict, *, corpus: Path | None = None, out=No
     from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
-    req = pb.StartLanguageModelTrainingJobRequest(model_name=name, params=pb.LanguageModelTrainingParams(**params))
+    req = pb.StartLanguageModelTrainingJobRequest(model_name=name, params=pb.LanguageModelTrainingParams(**params),
+                                                  idempotency_key=new_idempotency_key())
     if corpus is not None:
         art = upload(target, corpus.name, corpus)
         out.write(f"uploaded {corpus.name}: artifact {art.id}\n")
@@ -59,7 +60,7 @@ def import_model(target, name: str, *, path: str | None = None, directory: Path 
     from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
-    req = pb.StartImportLanguageModelJobRequest(model_name=name)
+    req = pb.StartImportLanguageModelJobRequest(model_name=name, idempotency_key=new_idempotency_key())
     if directory is not None:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:

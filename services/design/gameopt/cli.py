@@ -9,7 +9,7 @@ from pathlib import Path
 
 from praxon.design.v1 import design_pb2 as pb
 from praxon.design.v1 import design_pb2_grpc
-from services.common.client import Target, resolve_target, wait_for_success
+from services.common.client import Target, new_idempotency_key, resolve_target, wait_for_success
 
 SOLVERS = {"hedge": pb.EQUILIBRIUM_SOLVER_HEDGE, "best_response": pb.EQUILIBRIUM_SOLVER_BEST_RESPONSE}
 KERNELS = {"onehot": pb.KERNEL_ONE_HOT_RBF, "categorical": pb.KERNEL_CATEGORICAL}
@@ -93,7 +93,8 @@ def cmd_suggest(args) -> None:
     stub = _stub(t)
     req = pb.StartSuggestionJobRequest(campaign_id=args.campaign, solver=SOLVERS[args.solver],
                                        batch_size=args.batch_size, rounds=args.rounds, games=args.games,
-                                       kernel=KERNELS[args.kernel], seed=args.seed)
+                                       kernel=KERNELS[args.kernel], seed=args.seed,
+                                       idempotency_key=new_idempotency_key())
     if args.beta is not None:
         req.beta = args.beta
     resp = stub.StartSuggestionJob(req, metadata=t.metadata)
@@ -206,7 +207,8 @@ def demo(target: Target, rounds: int = 3) -> None:
           "optimum 1")
     for r in range(rounds + 1):
         job = stub.StartSuggestionJob(pb.StartSuggestionJobRequest(
-            campaign_id=camp.id, solver=pb.EQUILIBRIUM_SOLVER_BEST_RESPONSE, seed=r), metadata=target.metadata).job
+            campaign_id=camp.id, solver=pb.EQUILIBRIUM_SOLVER_BEST_RESPONSE, seed=r,
+            idempotency_key=new_idempotency_key()), metadata=target.metadata).job
         wait_for_success(target, job, f"round {r + 1}")
         c = stub.GetCampaign(pb.GetCampaignRequest(campaign_id=camp.id), metadata=target.metadata).campaign
         print(f"  after round {r + 1}: {c.observation_count} evaluations, best {c.best.value:.3f} {c.best.sequence}")
