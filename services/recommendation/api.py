@@ -133,7 +133,7 @@ def sweep_params(request: pb.StartSweepJobRequest) -> SweepParams:
     p = parse_params(SweepParams, data, field_paths={"dataset_artifact_id": "dataset_artifact_id",
                                                      "metric": "metric", "grid": "grid"})
     parse_params(TrainParams, base, field_paths=paths)  # the shared part, named as sent
-    for point in grid_points(p)[:p.max_runs]:  # each point, before anything runs
+    for point in grid_points(p):  # each point, before anything runs
         parse_params(TrainParams, {**base, **point}, field_paths={k: "grid" for k in grid} | paths)
     return p
 

@@ -115,7 +115,7 @@ class Sweep:
 
     def __init__(self, p: SweepParams):
         self.p = p
-        self.points = grid_points(p)[:p.max_runs]
+        self.points = grid_points(p)
         self.total = len(self.points)
         self.rows: list[dict[str, Any]] = []
         # every point is validated now, so a bad grid fails before any training

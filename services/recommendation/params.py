@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from services.common.params import JobParams, ModelName
 
@@ -194,13 +194,13 @@ class SweepParams(JobParams):
     model_config = _STRICT
     dataset_artifact_id: str
     base: dict[str, Any] = Field(default_factory=dict)
+    max_runs: int = Field(64, ge=1, le=1024)  # before grid: the grid's validator reads it
     grid: dict[str, list[Any]] = Field(min_length=1)
     metric: str = "ndcg@10"
-    max_runs: int = Field(64, ge=1, le=1024)
 
     @field_validator("grid")
     @classmethod
-    def _grid(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _grid(cls, v: dict[str, list[Any]], info: ValidationInfo) -> dict[str, list[Any]]:
         n = 1
         for key, values in v.items():
             if key not in TrainParams.model_fields or key in ("dataset_artifact_id", "model_name"):
@@ -208,8 +208,9 @@ class SweepParams(JobParams):
             if not values:
                 raise ValueError(f"{key!r} needs at least one value")
             n *= len(values)
-        if n > 1024:
-            raise ValueError("at most 1024 grid points")
+        limit = info.data.get("max_runs", 64)
+        if n > limit:  # refused, never cut short silently
+            raise ValueError(f"{n} grid points: at most {limit} (max_runs)")
         return v
 
     @field_validator("metric")

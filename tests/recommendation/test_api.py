@@ -268,6 +268,10 @@ def test_job_request_validation(env):
     expect_error(lambda: s.StartSweepJob(sw(dataset_artifact_id=env.dataset_id, params=pb.TrainingParams(lr=2.0),
                                             grid=[pb.SweepAxis(name="dim", values=[16])]), metadata=md),
                  ia, "params.lr")
+    # 65 points: more than a sweep runs (64) is refused, never cut short
+    expect_error(lambda: s.StartSweepJob(sw(dataset_artifact_id=env.dataset_id, grid=[
+        pb.SweepAxis(name="dim", values=[8 * (i + 1) for i in range(13)]),
+        pb.SweepAxis(name="lam", values=[0.1, 0.2, 0.3, 0.4, 0.5])]), metadata=md), ia, "grid")
     env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=md)
     wait_job(env.jobs, env.token, job.id)
 
