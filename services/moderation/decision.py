@@ -14,8 +14,10 @@ Per chunk: topic t is present when P(topic t) >= topic_threshold; its level is t
 >= k; 0 blocks any content on the topic). (Also gating topic blocks on P(unsafe) >= unsafe_threshold was measured
 on the seed validation split: recall 0.455 instead of 0.625 at the same 4.3% benign false-block rate, so it is not
 done.) A flagged chunk (P(unsafe) >= unsafe_threshold) with no present topic
-blocks as "unspecified" when block_unspecified is set. The text is blocked iff some chunk blocks; every decision
-is monotone in the thresholds (lowering a threshold never unblocks anything).
+blocks as "unspecified" when block_unspecified is set. The text is blocked iff some chunk blocks. Decisions are
+monotone in the level thresholds and in unsafe_threshold (lowering one never unblocks anything), not in
+topic_threshold: lowering it can name a topic for a flagged chunk whose level is below that topic's threshold, which
+then no longer blocks as "unspecified" (a named topic's level threshold is the tenant's stated intent).
 
 Defaults (the issue's "decisions that do not block on noise"): every topic's level is DEFAULT_LEVEL = 2, so a topic
 at severity 1 alone (tame fiction, a mild joke) does not block; unsafe_threshold and topic_threshold left unset

@@ -2,10 +2,9 @@
 loaded offline with transformers, mean pooling over tokens, L2-normalised (as sentence-transformers does).
 
 Canonical encoding: a transformer's output for one text differs in the last bits with the batch it is computed in
-(different GEMM shapes; ~5e-7 here). Every decision path (unary, streaming, policies) therefore encodes each text on
-its own (`embed`), which is bit-reproducible within a process and makes "streaming == unary" and "permuting
-policies changes nothing" exact. `embed_batched` pads and batches for throughput where exactness is not needed
-(training features of large datasets)."""
+(different GEMM shapes; ~5e-7 here). `embed` encodes each text on its own, bit-reproducible within a process;
+`embed_batched` pads and batches for throughput. Serving batches concurrent requests through `embed_batched`, so the
+parity it keeps is scores within decision.SCORE_TOLERANCE (1e-4) and equal decisions, not bit-equality."""
 from __future__ import annotations
 
 import hashlib

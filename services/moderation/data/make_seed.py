@@ -17,7 +17,8 @@ figurative language, safe targets, safe contexts -- history, fiction, education,
 safety, security engineering --, definitions, discussion of discrimination, public-figure privacy, benign replies
 that use alarming words), and prompt/response pairs: a response row carries the prompt it answers ("prompt"), so
 the same reply ("Sure, here is how...") is unsafe after a harmful request and safe after a cooking question, and a
-refusal after a harmful request is safe. Severity follows the per-topic rubric in taxonomy.SEVERITY_RUBRIC.
+refusal after a harmful request is safe. Severity comes from five level templates shared by every topic (a
+per-topic rubric in the manner of BingoGuard's is not written yet).
 """
 from __future__ import annotations
 
