@@ -251,27 +251,8 @@ class CanaryAudit:
         return d
 
 
-def _runs(X, y, num_classes, cfg, runs, canary_every, seed, noise_scale, j, scores, inserted, on_run) -> None:
-    for i in range(len(scores["with"]), runs):
-        for side in ("with", "without"):
-            g = torch.Generator().manual_seed((int(seed) * 1_000_003 + 2 * i + (side == "with")) & ((1 << 63) - 1))
-            res = train_dpsgd(X, y, num_classes, cfg, generator=g, noise_scale=noise_scale,
-                              canary=Canary(j, canary_every) if side == "with" else None)
-            scores[side].append(-float(flat(res)[j]))   # theta_0 = 0
-            if side == "with":
-                inserted.append(res.canary_insertions)
-        if on_run is not None:
-            on_run(i, {"with": scores["with"], "without": scores["without"], "insertions": inserted})
-
-
-def hidden_state_canary_audit(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdConfig, *,
-                              runs: int, canary_every: int = 1, alpha: float = 0.05, seed: int = 0,
-                              noise_scale: float = 1.0, coordinate: int | None = None,
-                              on_run=None, done: dict | None = None) -> CanaryAudit:
-    """The hidden-state audit of DP-SGD with a crafted-gradient canary (module docstring). `runs` trainings per
-    side; `on_run(i, scores)` after each pair of runs (checkpoint, progress, cancellation); `done` resumes
-    from the scores a checkpoint kept ({"with": [...], "without": [...]}). `noise_scale` < 1 audits a broken
-    mechanism against the claimed (unbroken) accountant epsilon."""
+def check_canary_audit(cfg: DpSgdConfig, runs: int, canary_every: int, alpha: float) -> None:
+    """The audit's parameter checks, made before any run."""
     if runs < 20:
         raise InvalidArgument("runs", "need at least 20 runs per side")
     if canary_every < 1 or canary_every > cfg.steps:
@@ -279,16 +260,50 @@ def hidden_state_canary_audit(X: torch.Tensor, y: torch.Tensor, num_classes: int
     if not 0 < alpha < 1:
         raise InvalidArgument("alpha", "must be in (0, 1)")
     cfg.validate()
-    eps_acc = accountant_epsilon(cfg)
-    j = least_updated_coordinate(X, y, num_classes, cfg) if coordinate is None else int(coordinate)
-    scores = {"with": list((done or {}).get("with", [])), "without": list((done or {}).get("without", []))}
-    inserted = list((done or {}).get("insertions", []))
+
+
+def canary_run(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdConfig, *, canary_every: int,
+               seed: int, noise_scale: float, coordinate: int, i: int) -> tuple[float, float, int]:
+    """Run pair i of the audit: (score with the canary, score without, canary insertions). Each side has its own
+    seeded generator, so a pair is the same whenever it runs (a resumed audit repeats nothing it kept)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # hundreds of tiny trainings: threading only adds overhead
     try:
-        _runs(X, y, num_classes, cfg, runs, canary_every, seed, noise_scale, j, scores, inserted, on_run)
+        out = {}
+        for side in ("with", "without"):
+            g = torch.Generator().manual_seed((int(seed) * 1_000_003 + 2 * i + (side == "with")) & ((1 << 63) - 1))
+            out[side] = train_dpsgd(X, y, num_classes, cfg, generator=g, noise_scale=noise_scale,
+                                    canary=Canary(coordinate, canary_every) if side == "with" else None)
     finally:
         torch.set_num_threads(threads)
+    # theta_0 = 0: the score is the canary coordinate's move
+    return -float(flat(out["with"])[coordinate]), -float(flat(out["without"])[coordinate]), \
+        out["with"].canary_insertions
+
+
+def hidden_state_canary_audit(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdConfig, *,
+                              runs: int, canary_every: int = 1, alpha: float = 0.05, seed: int = 0,
+                              noise_scale: float = 1.0, coordinate: int | None = None) -> CanaryAudit:
+    """The hidden-state audit of DP-SGD with a crafted-gradient canary (module docstring): `runs` trainings per
+    side (canary_run), then canary_audit_result. `noise_scale` < 1 audits a broken mechanism against the claimed
+    (unbroken) accountant epsilon. The audit job runs the same pieces as steps (dpsgd_jobs.CanaryAuditSteps)."""
+    check_canary_audit(cfg, runs, canary_every, alpha)
+    j = least_updated_coordinate(X, y, num_classes, cfg) if coordinate is None else int(coordinate)
+    scores: dict[str, list] = {"with": [], "without": [], "insertions": []}
+    for i in range(runs):
+        for k, v in zip(("with", "without", "insertions"),
+                        canary_run(X, y, num_classes, cfg, canary_every=canary_every, seed=seed,
+                                   noise_scale=noise_scale, coordinate=j, i=i), strict=True):
+            scores[k].append(v)
+    return canary_audit_result(cfg, scores, runs=runs, canary_every=canary_every, alpha=alpha, coordinate=j,
+                               noise_scale=noise_scale)
+
+
+def canary_audit_result(cfg: DpSgdConfig, scores: dict[str, list], *, runs: int, canary_every: int, alpha: float,
+                        coordinate: int, noise_scale: float = 1.0) -> CanaryAudit:
+    """The audit's verdict from the scores of its runs ({"with", "without", "insertions"}: a list each)."""
+    eps_acc = accountant_epsilon(cfg)
+    j, inserted = coordinate, scores["insertions"]
     sw = torch.tensor(scores["with"], dtype=torch.float64)
     so = torch.tensor(scores["without"], dtype=torch.float64)
     ea = audit.split_threshold_audit(sw, so, delta=cfg.delta, alpha=alpha, claimed_epsilon=eps_acc)

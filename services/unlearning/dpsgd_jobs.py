@@ -5,8 +5,9 @@
   run_canary_audit(ctx, p)    method hidden_state_canary of unlearning.audit: the crafted-gradient canary audit
                               of the version's DP-SGD configuration on its training data, beside the accountant
 
-Both checkpoint (the training every `checkpoint_every` steps, with its secret generator state kept only in the
-private checkpoint; the audit every few runs, its scores so far) and resume from there after a crash."""
+Both checkpoint and resume from there after a crash: the training every `checkpoint_every` steps, with its secret
+generator state kept only in the private checkpoint; the audit is a Steps job (a pair of runs a step) under
+run_steps, its scores so far in every checkpoint."""
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.jobcontext import JobContext
+from services.common.jobcontext import JobContext, run_steps
 from services.unlearning import dpsgd
 from services.unlearning.params import AuditParams, DpSgdParams, TrainParams
 
@@ -25,8 +26,13 @@ REPORT_CONTENT_TYPE = "application/json"
 MECHANISM = "DP-SGD (Opacus: per-sample clipping, Gaussian noise, Poisson sampling)"
 
 
+def _params_key(ctx: JobContext) -> str:
+    """What a checkpoint is valid for: a state saved for other params is never resumed into this request."""
+    return hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _checkpoint(ctx: JobContext, job: str) -> dict:
-    key = hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
+    key = _params_key(ctx)
     ck = ctx.load_checkpoint()
     if isinstance(ck, dict) and ck.get("job") == job and ck.get("params_sha256") == key:
         return ck
@@ -99,6 +105,47 @@ def run_dpsgd_training(ctx: JobContext, p: TrainParams) -> dict[str, Any]:
             "accountant_epsilon": eps, "costs": costs, "metrics": metrics, "certificate": None}
 
 
+class CanaryAuditSteps:
+    """The hidden-state canary audit as Steps: step i is pair i of seeded runs (dpsgd.canary_run); the scores so
+    far are the checkpointed state; result() is the verdict and the report."""
+
+    def __init__(self, p: AuditParams, cfg: dpsgd.DpSgdConfig, num_classes: int, X: torch.Tensor, y: torch.Tensor):
+        self.p, self.cfg, self.num_classes, self.X, self.y = p, cfg, num_classes, X, y
+        self.total = p.runs
+
+    def setup(self, ctx: JobContext) -> None:
+        dpsgd.check_canary_audit(self.cfg, self.p.runs, self.p.canary_every, self.p.alpha)
+        self.coordinate = dpsgd.least_updated_coordinate(self.X, self.y, self.num_classes, self.cfg)
+        self.scores: dict[str, list] = {"with": [], "without": [], "insertions": []}
+
+    def step(self, i: int) -> None:
+        run = dpsgd.canary_run(self.X, self.y, self.num_classes, self.cfg, canary_every=self.p.canary_every,
+                               seed=self.p.seed, noise_scale=1.0, coordinate=self.coordinate, i=i)
+        for k, v in zip(("with", "without", "insertions"), run, strict=True):
+            self.scores[k].append(v)
+
+    def state(self) -> dict[str, Any]:
+        return {k: list(v) for k, v in self.scores.items()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.scores = {k: list(state[k]) for k in ("with", "without", "insertions")}
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        p, cfg = self.p, self.cfg
+        out = dpsgd.canary_audit_result(cfg, self.scores, runs=p.runs, canary_every=p.canary_every, alpha=p.alpha,
+                                        coordinate=self.coordinate)
+        result = {"job": "audit", "method": "hidden_state_canary", "model_version_id": p.model_version_id,
+                  "canary_every": p.canary_every, "runs": p.runs, "accountant": cfg.accountant,
+                  "accountant_epsilon": out.accountant_epsilon, "eps_lower": out.eps_lower, "ratio": out.ratio,
+                  "epsilon_audit": out.epsilon_audit, "coordinate": out.coordinate, "dpsgd": cfg.to_dict(),
+                  "mean_insertions": out.mean_insertions,
+                  "table": {"mechanism": "dpsgd", "k": p.canary_every, "runs": p.runs, "eps_lower": out.eps_lower,
+                            "eps_upper": out.accountant_epsilon}}
+        result["report_artifact_id"] = _report(ctx, "audit_report.json", result)
+        ctx.progress(1.0, "audited", eps_lower=out.eps_lower, accountant_epsilon=out.accountant_epsilon)
+        return result
+
+
 def run_canary_audit(ctx: JobContext, p: AuditParams) -> dict[str, Any]:
     from services.unlearning.jobs import read_dataset
 
@@ -112,28 +159,7 @@ def run_canary_audit(ctx: JobContext, p: AuditParams) -> dict[str, Any]:
     ds, _ = read_dataset(ctx, ds_id, "dataset_artifact_id")
     if p.canary_every > cfg.steps:
         raise InvalidArgument("canary_every", f"must be at most the {cfg.steps} training steps")
-    ck = _checkpoint(ctx, "canary_audit")
-    ctx.check_cancelled()
-    every = max(1, min(p.checkpoint_every, p.runs // 10 or 1))
-
-    def on_run(i: int, scores: dict) -> None:
-        done = i + 1
-        if done % every == 0 and done < p.runs:
-            ck["scores"] = {k: list(v) for k, v in scores.items()}
-            ctx.save_checkpoint(ck)
-        ctx.progress(0.95 * done / p.runs, f"canary audit: run {done}/{p.runs}")
-        ctx.check_cancelled()
-
-    out = dpsgd.hidden_state_canary_audit(ds.X, ds.y.to(torch.int64), int(config["num_classes"]), cfg,
-                                          runs=p.runs, canary_every=p.canary_every, alpha=p.alpha, seed=p.seed,
-                                          on_run=on_run, done=ck.get("scores"))
-    result = {"job": "audit", "method": "hidden_state_canary", "model_version_id": p.model_version_id,
-              "canary_every": p.canary_every, "runs": p.runs, "accountant": cfg.accountant,
-              "accountant_epsilon": out.accountant_epsilon, "eps_lower": out.eps_lower, "ratio": out.ratio,
-              "epsilon_audit": out.epsilon_audit, "coordinate": out.coordinate, "dpsgd": cfg.to_dict(),
-              "mean_insertions": out.mean_insertions,
-              "table": {"mechanism": "dpsgd", "k": p.canary_every, "runs": p.runs, "eps_lower": out.eps_lower,
-                        "eps_upper": out.accountant_epsilon}}
-    result["report_artifact_id"] = _report(ctx, "audit_report.json", result)
-    ctx.progress(1.0, "audited", eps_lower=out.eps_lower, accountant_epsilon=out.accountant_epsilon)
-    return result
+    job = CanaryAuditSteps(p, cfg, int(config["num_classes"]), ds.X, ds.y.to(torch.int64))
+    return run_steps(ctx, job, checkpoint_every=max(1, min(p.checkpoint_every, p.runs // 10 or 1)),
+                     message=lambda done, total: f"canary audit: run {done}/{total}", progress_span=(0.0, 0.95),
+                     fingerprint=_params_key(ctx))

@@ -164,6 +164,23 @@ def test_audit_job_hidden_state_canary_and_bad_input():
         jobs.run_audit(ctx)
 
 
+def test_killed_canary_audit_resumes_from_its_kept_scores():
+    ctx = _ctx(sample_rate=1.0, steps=4)
+    out = jobs.run_training(ctx)
+    ctx.params = {"model_version_id": out["model_version_id"], "method": "hidden_state_canary", "runs": 40,
+                  "canary_every": 1, "seed": 0, "checkpoint_every": 10}
+    full = jobs.run_audit(ctx)
+    killed = InMemoryJobContext(params=ctx.params, artifacts=dict(ctx.artifacts), models=dict(ctx.models),
+                                cancel_after_progress=6)  # a checkpoint every 4 runs: the last one after run 4
+    with pytest.raises(Cancelled):
+        jobs.run_audit(killed)
+    assert len(killed.load_checkpoint()["state"]["with"]) == 4
+    killed.cancel_after_progress = None
+    res = jobs.run_audit(killed)
+    assert [m for _, m, _ in killed.events].count("canary audit: run 5/40") == 2  # runs 5 and 6 were repeated
+    assert res["epsilon_audit"] == full["epsilon_audit"] and res["mean_insertions"] == full["mean_insertions"]
+
+
 def test_training_params_name_the_field():
     ctx = _ctx(noise_multiplier=-1.0)
     with pytest.raises(InvalidArgument) as e:
