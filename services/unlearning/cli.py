@@ -11,7 +11,8 @@ from praxon.models.v1 import models_pb2, models_pb2_grpc
 from praxon.unlearning.v1 import unlearning_pb2 as pb
 from praxon.unlearning.v1 import unlearning_pb2_grpc
 from services.common.convert import from_struct
-from services.common.client import Target, model_ref, resolve_target, state_name, upload, wait_for_success
+from services.common.client import (Target, model_ref, new_idempotency_key, resolve_target, state_name, upload,
+                                    wait_for_success)
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
 METHOD_NAMES = ["certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",
@@ -90,7 +91,7 @@ def cmd_train(args) -> None:
         print(f"uploaded synthetic guard features: train {ds_id} (record ids msg-00000..), eval {ev_id}")
     req = pb.StartTrainingJobRequest(dataset_artifact_id=ds_id, kind=pb.ModelKind.Value(f"MODEL_KIND_{args.kind.upper()}"),
                                      name=args.name, mu=args.mu, seed=args.seed, capacity=args.capacity,
-                                     eval_dataset_artifact_id=ev_id)
+                                     eval_dataset_artifact_id=ev_id, idempotency_key=new_idempotency_key())
     for k in ("r", "epsilon", "delta"):
         if getattr(args, k) is not None:
             setattr(req, k, getattr(args, k))
@@ -113,7 +114,8 @@ def cmd_forget(args) -> None:
                                        forget_set_artifact_id=args.forget_set or "",
                                        method=pb.Method.Value(f"METHOD_{args.method.upper()}"), seed=args.seed,
                                        reason=args.reason or "", name=args.name or "",
-                                       eval_dataset_artifact_id=args.eval_artifact or "")
+                                       eval_dataset_artifact_id=args.eval_artifact or "",
+                                       idempotency_key=new_idempotency_key())
     for k in ("epsilon", "delta"):
         if getattr(args, k) is not None:
             setattr(req, k, getattr(args, k))
@@ -131,7 +133,8 @@ def _get_record(target: Target, record_id: str) -> pb.UnlearningRecord:
 
 def cmd_audit(args) -> None:
     target = resolve_target(args.address, args.token, args.data_dir)
-    req = pb.StartAuditJobRequest(record_id=args.record or "", runs=args.runs, seed=args.seed)
+    req = pb.StartAuditJobRequest(record_id=args.record or "", runs=args.runs, seed=args.seed,
+                                  idempotency_key=new_idempotency_key())
     if args.model:
         req.model.CopyFrom(_model_ref(args.model))
     job = _finish(target, _stub(target).StartAuditJob(req, metadata=target.metadata).job, not args.no_wait)
@@ -242,7 +245,8 @@ def demo(target: Target) -> None:
     print(f"uploaded {len(ids)} guard-feature records (dataset {ds.id[:8]}..) and a held-out set")
     job = _finish(target, stub.StartTrainingJob(pb.StartTrainingJobRequest(
         dataset_artifact_id=ds.id, kind=pb.MODEL_KIND_SOFTMAX_L2, name="demo-guard-head", mu=0.05, epsilon=1.0,
-        delta=1e-5, eval_dataset_artifact_id=evr.id), metadata=target.metadata).job, True)
+        delta=1e-5, eval_dataset_artifact_id=evr.id, idempotency_key=new_idempotency_key()),
+        metadata=target.metadata).job, True)
     trained = job.models[0]
     print(f"trained {trained.name} v{trained.version}: eval accuracy "
           f"{job.result['metrics']['eval_accuracy']:.3f}")
@@ -250,10 +254,12 @@ def demo(target: Target) -> None:
     resp = stub.StartUnlearningJob(pb.StartUnlearningJobRequest(
         model=common_pb2.ModelRef(name=trained.name, version=trained.version), forget_record_ids=forget,
         method=pb.METHOD_CERTIFIED_NOISY_MINIMIZER, epsilon=1.0, delta=1e-5, eval_dataset_artifact_id=evr.id,
-        reason="demo: data-subject deletion request #1"), metadata=target.metadata)
+        reason="demo: data-subject deletion request #1", idempotency_key=new_idempotency_key()),
+        metadata=target.metadata)
     print(f"forgetting {len(forget)} records ({', '.join(forget[:3])}, ...): record {resp.record_id}")
     _finish(target, resp.job, True)
-    audit = stub.StartAuditJob(pb.StartAuditJobRequest(record_id=resp.record_id, runs=200),
+    audit = stub.StartAuditJob(pb.StartAuditJobRequest(record_id=resp.record_id, runs=200,
+                                                       idempotency_key=new_idempotency_key()),
                                metadata=target.metadata).job
     _finish(target, audit, True)
     rec = _get_record(target, resp.record_id)
