@@ -68,9 +68,10 @@ def _z_mask(elements: tuple[str, ...]) -> torch.Tensor | None:
     return m
 
 
-def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int = 4, oversample: float = 1.5
-                  ) -> list[tuple[R.CrystalRep | None, Any, dict]]:
+def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int = 4, oversample: float = 1.5,
+                  sampling_steps: int | None = None) -> list[tuple[R.CrystalRep | None, Any, dict]]:
     """n crystals of the request (rejection on the atom-count range, at most `steps_rounds` rounds).
+    sampling_steps: the diffusion timesteps visited (None: all T of the model; fewer: strided, SymmCD.sample).
     Returns (rep, structure, info) per crystal; fewer than n when the range was not met in time."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -87,16 +88,18 @@ def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int =
         nd = model.n_dist.double().numpy()
         counts = []
         for g in sgs:
+            # the number of asymmetric-unit atoms: at most max_atoms in both modes (every orbit has >= 1 atom); in P1
+            # it is the cell's atom count, so at least min_atoms too (a symmetric cell's total is checked below)
             p = nd[g].copy()
-            cap = req.max_atoms if symmetric else req.max_atoms
             idx = np.arange(len(p))
-            keep = (idx >= 1) & (idx <= cap) & (idx >= (1 if symmetric else req.min_atoms))
+            keep = (idx >= (1 if symmetric else req.min_atoms)) & (idx <= req.max_atoms)
             p = np.where(keep, p, 0.0)
             if p.sum() <= 0:
                 p = keep.astype(float)
             counts.append(int(rng.choice(len(p), p=p / p.sum())))
         t0 = time.perf_counter()
-        res = model.sample(torch.tensor(sgs), torch.tensor(counts), gen=gen, allowed_types=zmask)
+        res = model.sample(torch.tensor(sgs), torch.tensor(counts), gen=gen, steps=sampling_steps,
+                           allowed_types=zmask)
         per = (time.perf_counter() - t0) / m
         for b in range(m):
             if len(out) >= n:

@@ -144,7 +144,11 @@ class Generation:
                 raise InvalidArgument("model", "not a SymmCD model (train one with StartCrystalTrainingJob)")
             self.model = M.load(tensors, config)
             ref_id = ref_id or config["dataset_artifact_id"]
-        ds = read_dataset(ctx, ref_id, "reference_dataset_artifact_id")
+            T = self.model.cfg.timesteps
+            if p.sampling_steps > T:
+                raise InvalidArgument("params.sampling_steps", f"the model has T={T} timesteps: give 1..{T} "
+                                      "(or 0 for all of them)")
+        ds = read_dataset(ctx, ref_id, "params.reference_dataset_artifact_id")
         self.reference = ds.subset("train") or ds.crystals
         self.ref_stats = G.reference_stats(self.reference)
         self.request = G.Request(dict(p.space_groups), p.min_atoms, p.max_atoms, tuple(p.composition_hints))
@@ -158,7 +162,7 @@ class Generation:
         seed = p.seed * 1_000_003 + i
         t0 = time.perf_counter()
         if self.model is not None:
-            out = G.sample_symmcd(self.model, self.request, n, seed=seed)
+            out = G.sample_symmcd(self.model, self.request, n, seed=seed, sampling_steps=p.sampling_steps or None)
         else:
             out = G.sample_pyxtal(self.request, n, seed=seed, reference=self.reference)
         for rep, structure, info in out:
@@ -181,6 +185,17 @@ class Generation:
             return "pyxtal_random"
         return "symmcd" if self.model.cfg.symmetric else "p1"
 
+    def model_notes(self) -> dict[str, Any]:
+        """How the set was made, for the report: the diffusion timesteps visited and the model's simplifications
+        (model.SIMPLIFICATIONS); the same keys for the pyxtal baseline."""
+        if self.model is None:
+            return {"sampling_steps": 0, "model_notes": "pyxtal random symmetric crystals (baseline; no model)"}
+        T = self.model.cfg.timesteps
+        visited = len(M.timesteps_of(T, self.p.sampling_steps or None))
+        kind = "" if self.model.cfg.symmetric else "P1 baseline (symmetry removed: every crystal in P1); "
+        return {"sampling_steps": visited,
+                "model_notes": f"{kind}{M.SIMPLIFICATIONS}; this set: {visited} of T={T} timesteps"}
+
     def state(self) -> dict[str, Any]:
         return {"rows": json.dumps(self.rows), "cifs": list(self.cifs), "seconds": self.seconds}
 
@@ -192,6 +207,7 @@ class Generation:
     def result(self, ctx: JobContext) -> dict[str, Any]:
         summary = G.summarize(self.rows, self.ref_stats, self.seconds, self.p.n)
         summary["method"] = self.method_name
+        summary.update(self.model_notes())
         for row, cif in zip(self.rows, self.cifs, strict=True):
             row["cif_artifact_id"] = ctx.write_artifact(
                 f"crystal-{row['index']:04d}-{row['formula'] or 'failed'}-sg{row['requested_space_group']}.cif",

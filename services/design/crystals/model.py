@@ -13,12 +13,17 @@ atom: fractional coordinate x (torus), atom type a (Z = 1..94) and site symmetry
 - loss = 5 L_lattice + 1 L_coord + 0.1 L_type + 10 L_symm (shared/algorithms/design.md; configurable)
 - sampling draws g and the number of asymmetric-unit atoms from the training set's empirical distributions (the
   paper samples them from the training set); an untrained model has uniform ones.
+- sampling visits all T timesteps, or `steps` of them spaced evenly (strided ancestral sampling: DDPM on a
+  subsequence of timesteps, DDIM with eta = 1). Each jump t -> s uses the forward process's exact marginals between
+  s and t: lattice, the Gaussian posterior q(k_s | k_t, k0_hat); coordinates, the variance-exploding reverse step
+  from sigma_t to sigma_s; types and site symmetries, the D3PM posterior with Q_{t|s} = (ac_t / ac_s) I +
+  (1 - ac_t / ac_s) 1 m^T. With steps = T (the default) it is the usual one-step-at-a-time sampler.
+- the lattice's predicted k0_hat = (k_t - sqrt(1 - ac_t) eps_hat) / sqrt(ac_t) is clipped to the training set's
+  per-coefficient range plus a margin before each posterior step (DDPM's clip of the predicted x0): near t = T,
+  1 / sqrt(ac_t) is ~1e4, and an unclipped prediction error there becomes a degenerate cell.
 
-Simplifications (said here and in the report): the denoiser is a small dense message-passing network over the
-asymmetric unit (CSPNet-like edges on relative fractional Fourier features and the invariant ks, plus absolute
-Fourier features because the space group fixes the origin), not the paper's CSPNet on the full graph; the space group
-enters as a learned embedding of its number and crystal family, not the paper's 397-dim symmetry-operation encoding;
-default T is 1000 as in the paper, tests use fewer steps."""
+Simplifications: see SIMPLIFICATIONS below (said here and, as `model_notes`, in every generation report's
+summary)."""
 from __future__ import annotations
 
 import math
@@ -36,6 +41,14 @@ N_TYPES = R.MAX_Z
 N_AX, N_CL = R.N_AXES, R.N_CLASSES
 N_SG = R.N_SPACEGROUPS + 1  # index = space group number (0 unused)
 KS_BOUND = 5.0  # |log-lattice coefficient| kept below this while sampling (lengths ~ exp(k5))
+KS_MARGIN = 0.1  # the clip range of the predicted lattice: the training range widened by this + 10% of its width
+SIMPLIFICATIONS = (
+    "simplified SymmCD: the denoiser is a small dense message-passing network over the asymmetric unit (CSPNet-like "
+    "edges on relative fractional Fourier features and the invariant log-lattice, plus absolute Fourier features "
+    "because the space group fixes the origin), not the paper's CSPNet on the full graph; the space group enters as "
+    "a learned embedding of its number and crystal family, not the paper's 397-dim symmetry-operation encoding; "
+    "the predicted lattice is clipped to the training range while sampling; default T is 1000 as in the paper, "
+    "smaller models and T are used for CPU runs; sampling may visit a strided subset of the T timesteps")
 FAMILIES = ("triclinic", "monoclinic", "orthorhombic", "tetragonal", "hexagonal", "cubic")
 
 
@@ -223,6 +236,21 @@ class Denoiser(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------- SymmCD
+def mask_ks_of(rep: R.CrystalRep) -> np.ndarray:
+    return R.mask_ks(rep.ks, rep.space_group)
+
+
+def timesteps_of(T: int, steps: int | None) -> list[int]:
+    """The timesteps the sampler visits, descending: all of T..1 when steps is None or >= T, else `steps` of them
+    spaced evenly from T down to 1 (rounded; distinct because the spacing is >= 1). Each visited t jumps to the
+    next visited one, the last to 0."""
+    if steps is None or steps >= T:
+        return list(range(T, 0, -1))
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    return [int(v) for v in np.round(np.linspace(T, 1, steps)).astype(int)]
+
+
 def _wyckoff_mean(g: int) -> torch.Tensor:
     return torch.tensor(np.stack([w.site_symm for w in R.wyckoff_table(g)]), dtype=torch.float32).mean(0)
 
@@ -246,6 +274,9 @@ class SymmCD(nn.Module):
         na = torch.zeros(N_SG, cfg.max_asym + 1)
         na[:, 1:] = 1.0
         self.register_buffer("n_dist", na / na.sum(-1, keepdim=True))
+        # the clip range of the predicted lattice k0_hat while sampling (fitted: the training range plus a margin)
+        self.register_buffer("ks_lo", torch.full((6,), -KS_BOUND))
+        self.register_buffer("ks_hi", torch.full((6,), KS_BOUND))
 
     # ---- fitting the empirical distributions (the paper's priors and sampling distributions)
     @torch.no_grad()
@@ -267,6 +298,11 @@ class SymmCD(nn.Module):
             c = sc[g] + smoothing * _wyckoff_mean(g)
             self.symm_prior[g] = c / c.sum(-1, keepdim=True)
         self.sg_dist.copy_(sgc / sgc.sum())
+        ks = torch.tensor(np.stack([mask_ks_of(r) for r in reps]), dtype=torch.float32)
+        lo, hi = ks.min(0).values, ks.max(0).values
+        pad = KS_MARGIN + 0.1 * (hi - lo)
+        self.ks_lo.copy_((lo - pad).clamp(min=-KS_BOUND))
+        self.ks_hi.copy_((hi + pad).clamp(max=KS_BOUND))
         glob = nc.sum(0)
         for g in range(1, N_SG):
             row = nc[g] if nc[g].sum() > 0 else glob
@@ -314,15 +350,19 @@ class SymmCD(nn.Module):
                 "loss_symm": loss_symm}
 
     # ---- sampling
-    def _posterior(self, z_t: torch.Tensor, p0: torch.Tensor, prior: torch.Tensor, t: int) -> torch.Tensor:
-        """p(z_{t-1} | z_t) = sum_x0 p(x0 | z_t) q(z_{t-1} | z_t, x0) with marginal transitions; z_t one-hot
-        [..., K], p0 [..., K], prior broadcastable [..., K]."""
+    def _posterior(self, z_t: torch.Tensor, p0: torch.Tensor, prior: torch.Tensor, t: int, s_: int | None = None
+                   ) -> torch.Tensor:
+        """p(z_s | z_t) = sum_x0 p(x0 | z_t) q(z_s | z_t, x0) with marginal transitions, s = s_ (default t - 1);
+        the transition from s to t is Q_{t|s} = (ac_t / ac_s) I + (1 - ac_t / ac_s) 1 m^T. z_t one-hot [..., K],
+        p0 [..., K], prior broadcastable [..., K]."""
         s = self.sched
-        a, ac_t, ac_s = s.alphas[t], s.alphas_cumprod[t], s.alphas_cumprod[t - 1]
-        # z_t Q_t^T: entry j = a [j == z_t] + (1 - a) m_{z_t}
+        s_ = t - 1 if s_ is None else s_
+        ac_t, ac_s = s.alphas_cumprod[t], s.alphas_cumprod[s_]
+        a = s.alphas[t] if s_ == t - 1 else ac_t / ac_s
+        # z_t Q_{t|s}^T: entry j = a [j == z_t] + (1 - a) m_{z_t}
         m_zt = (z_t * prior).sum(-1, keepdim=True)
-        left = a * z_t + (1 - a) * m_zt  # [..., K] over z_{t-1}
-        # x0 Q_s_bar: for each x0 (rows) over z_{t-1} (cols) = ac_s I + (1-ac_s) m
+        left = a * z_t + (1 - a) * m_zt  # [..., K] over z_s
+        # x0 Q_s_bar: for each x0 (rows) over z_s (cols) = ac_s I + (1-ac_s) m
         # x0 Q_t_bar z_t^T = ac_t [x0 == z_t] + (1 - ac_t) m_{z_t}
         denom = ac_t * z_t + (1 - ac_t) * m_zt  # [..., K] over x0
         w = p0 / denom.clamp(min=1e-12)  # [..., K] over x0
@@ -331,13 +371,27 @@ class SymmCD(nn.Module):
         out = left * right
         return out / out.sum(-1, keepdim=True).clamp(min=1e-30)
 
+    def _lattice_step(self, k: torch.Tensor, eps_hat: torch.Tensor, t: int, s_: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) of q(k_s | k_t, k0_hat), k0_hat = (k_t - sqrt(1 - ac_t) eps_hat) / sqrt(ac_t) clipped to the
+        fitted range [ks_lo, ks_hi]."""
+        sc = self.sched
+        ac_t, ac_s = sc.alphas_cumprod[t], sc.alphas_cumprod[s_]
+        k0 = (k - (1 - ac_t).sqrt() * eps_hat) / ac_t.sqrt()
+        k0 = torch.maximum(torch.minimum(k0, self.ks_hi), self.ks_lo)
+        a_ts = ac_t / ac_s  # the forward transition s -> t: k_t = sqrt(a_ts) k_s + sqrt(1 - a_ts) noise
+        mean = (ac_s.sqrt() * (1 - a_ts) * k0 + a_ts.sqrt() * (1 - ac_s) * k) / (1 - ac_t)
+        var = (1 - ac_s) / (1 - ac_t) * (1 - a_ts)
+        return mean, var.clamp(min=0).sqrt()
+
     @torch.no_grad()
     def sample(self, sg: torch.Tensor, n_atoms: torch.Tensor, *, gen: torch.Generator, steps: int | None = None,
                step_lr: float = 1e-5, allowed_types: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Reverse diffusion for crystals of groups sg [B] with n_atoms [B] asymmetric-unit atoms. allowed_types:
-        optional bool [94] (composition hints: atom types restricted to these elements)."""
+        """Reverse diffusion for crystals of groups sg [B] with n_atoms [B] asymmetric-unit atoms. steps: how many
+        of the T timesteps to visit (None or >= T: all of them; fewer: strided ancestral sampling, see the module
+        docstring), each visit one corrector and one predictor evaluation of the denoiser. allowed_types: optional
+        bool [94] (composition hints: atom types restricted to these elements)."""
         s, cfg = self.sched, self.cfg
-        T = cfg.timesteps
+        visit = timesteps_of(cfg.timesteps, steps)
         B, N = len(sg), int(n_atoms.max())
         mask = torch.arange(N)[None, :] < n_atoms[:, None]
         kmask, kadd = ks_masks(sg)
@@ -351,33 +405,35 @@ class SymmCD(nn.Module):
         x = torch.rand(B, N, 3, generator=gen)
         a = F.one_hot(torch.multinomial(tp.expand(B * N, -1), 1, generator=gen).view(B, N), N_TYPES).float()
         ss = F.one_hot(torch.multinomial(prior_s.reshape(-1, N_CL), 1, generator=gen).view(B, N, N_AX), N_CL).float()
-        for t in range(T, 0, -1):
+        for j, t in enumerate(visit):
+            s_ = visit[j + 1] if j + 1 < len(visit) else 0  # jump t -> s_
+            last = s_ == 0
             tt = torch.full((B,), t, dtype=torch.long)
             sx, sn = s.sigmas[t], s.sigmas_norm[t]
             # corrector (Langevin on the coordinates)
             _, px, _, _ = self.net(tt, sg, fam, k, a, ss, x, mask)
             step = step_lr * (sx / cfg.sigma_begin) ** 2
-            noise = torch.randn(B, N, 3, generator=gen) if t > 1 else torch.zeros(B, N, 3)
+            noise = torch.randn(B, N, 3, generator=gen) if not last else torch.zeros(B, N, 3)
             x = (x - step * px * sn.sqrt() + (2 * step).sqrt() * noise) % 1.0
             # predictor
             pk, px, la, ls = self.net(tt, sg, fam, k, a, ss, x, mask)
-            ac, al = s.alphas_cumprod[t], s.alphas[t]
-            nk = torch.randn(B, 6, generator=gen) if t > 1 else torch.zeros(B, 6)
-            k = ((k - (1 - al) / (1 - ac).sqrt() * pk) / al.sqrt() + s.post_sigmas[t] * nk) * kmask + kadd
-            k = k.clamp(-KS_BOUND, KS_BOUND)  # numerical guard only (an untrained net can diverge)
-            sa = s.sigmas[t - 1]
+            mean, std = self._lattice_step(k, pk, t, s_)
+            nk = torch.randn(B, 6, generator=gen) if not last else torch.zeros(B, 6)
+            k = (mean + std * nk) * kmask + kadd
+            k = k.clamp(-KS_BOUND, KS_BOUND)  # numerical guard only
+            sa = s.sigmas[s_]
             step = sx ** 2 - sa ** 2
             std = (sa ** 2 * (sx ** 2 - sa ** 2) / sx ** 2).sqrt()
-            noise = torch.randn(B, N, 3, generator=gen) if t > 1 else torch.zeros(B, N, 3)
+            noise = torch.randn(B, N, 3, generator=gen) if not last else torch.zeros(B, N, 3)
             x = (x - step * px * sn.sqrt() + std * noise) % 1.0
             p0a = F.softmax(la, -1)
             if allowed_types is not None:
                 p0a = p0a * allowed_types.float()
                 p0a = p0a / p0a.sum(-1, keepdim=True).clamp(min=1e-30)
             p0s = F.softmax(ls, -1)
-            if t > 1:
-                pa = self._posterior(a, p0a, tp, t)
-                ps = self._posterior(ss, p0s, prior_s, t)
+            if not last:
+                pa = self._posterior(a, p0a, tp, t, s_)
+                ps = self._posterior(ss, p0s, prior_s, t, s_)
                 a = F.one_hot(torch.multinomial(pa.reshape(-1, N_TYPES), 1, generator=gen).view(B, N), N_TYPES).float()
                 ss = F.one_hot(torch.multinomial(ps.reshape(-1, N_CL), 1, generator=gen).view(B, N, N_AX), N_CL).float()
             else:
@@ -396,6 +452,9 @@ def build(cfg: ModelConfig, seed: int = 0) -> SymmCD:
 
 def load(tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> SymmCD:
     m = SymmCD(ModelConfig.from_dict(config["model"]))
+    tensors = dict(tensors)
+    for name in ("ks_lo", "ks_hi"):  # versions registered before the lattice clip range existed: the wide default
+        tensors.setdefault(name, getattr(m, name).clone())
     m.load_state_dict(tensors)
     m.eval()
     return m

@@ -64,7 +64,9 @@ class GenerateParams(JobParams):
     n: int = Field(16, ge=1, le=2000)
     batch_size: int = Field(8, ge=1, le=256)
     seed: int = Field(0, ge=0, le=2 ** 31 - 1)
-    sampling_steps: int = Field(0, ge=0, le=2000)  # reserved: 0 = the model's T
+    # diffusion timesteps visited while sampling: 0 = all T of the model; 1..T = that many, evenly strided
+    # (SymmCD.sample); more than the model's T is an error (checked by the job, which knows T)
+    sampling_steps: int = Field(0, ge=0, le=2000)
 
     @field_validator("space_groups")
     @classmethod
