@@ -135,7 +135,8 @@ def add_commands(parts, client_opts) -> None:
     p = fsub.add_parser("train", help="train a flow (cfm, efm) or register the analytic mixture flow")
     training_opts(p, "optimiser steps (default 2000)")
     p.add_argument("--method", choices=sorted(TRAIN_METHODS), default="cfm")
-    p.add_argument("--energy-center", help="EFM: comma-separated centre of the quadratic energy")
+    p.add_argument("--energy-center",
+                   help="EFM: comma-separated centre of the quadratic energy (SO(3): a quaternion x,y,z,w)")
     p.add_argument("--beta", type=float, default=1.0, help="EFM: inverse temperature")
     p.set_defaults(func=cmd_train)
 

@@ -182,7 +182,8 @@ def so3_adjoint(flow, reward, traj: list[torch.Tensor], u: torch.Tensor, ts: tor
 
 
 class SO3Guide:
-    """OC-Flow on SO(3) (and FlowGrad: no decay). D-Flow on SO(3) optimises a start perturbation R0 Exp(w)."""
+    """OC-Flow on SO(3) (and FlowGrad: no decay). D-Flow on SO(3) optimises a start perturbation R0 Exp(w).
+    on_iterate, when given, sees the trajectory [R_0 .. R_N] that every iteration (of every method) starts from."""
 
     def __init__(self, flow, reward, R0: torch.Tensor, *, steps: int, lam: float, lr: float, method: str,
                  on_iterate: Callable[[list[torch.Tensor]], None] | None = None):
@@ -217,6 +218,8 @@ class SO3Guide:
         if self.method == "unguided":
             return
         if self.method == "d_flow":
+            if self.on_iterate is not None:
+                self.on_iterate(self.trajectory())
             w = self.w.detach().requires_grad_(True)
             with torch.enable_grad():
                 R = self.R0_init @ so3.exp(w)

@@ -18,7 +18,8 @@ MAX_INT63 = 2 ** 63 - 1
 
 class TrainFlowParams(JobParams):
     """design.flows.train: a flow registered as a model: conditional flow matching ("cfm"), energy-weighted flow
-    matching toward q ~ p exp(-beta ||x - energy_center||^2 / 2) ("efm"), or the exact flow of the built-in
+    matching toward q ~ p exp(-beta ||x - energy_center||^2 / 2) ("efm"; on SO(3) energy_center is a quaternion
+    (x, y, z, w) and the energy ||R - C||_F^2 / 2 of the rotation matrices), or the exact flow of the built-in
     Gaussian mixture ("analytic", no training)."""
 
     name: ModelName
@@ -40,8 +41,6 @@ class TrainFlowParams(JobParams):
     def _method(cls, v: str, info: ValidationInfo) -> str:
         if v == "analytic" and info.data.get("builtin") != "gmm2d":
             raise ValueError("analytic is the exact flow of builtin gmm2d only")
-        if v == "efm" and BUILTIN_DIMS.get(info.data.get("builtin") or "", ("euclidean",))[0] != "euclidean":
-            raise ValueError("EFM is for Euclidean data")
         return v
 
     @field_validator("dataset_artifact_id")
@@ -55,9 +54,20 @@ class TrainFlowParams(JobParams):
     @classmethod
     def _center(cls, v: list[float], info: ValidationInfo) -> list[float]:
         builtin = info.data.get("builtin") or ""
-        if info.data.get("method") == "efm" and builtin in BUILTIN_DIMS and len(v) != BUILTIN_DIMS[builtin][1]:
-            raise ValueError(f"needs {BUILTIN_DIMS[builtin][1]} values for builtin {builtin}")
+        if info.data.get("method") == "efm" and builtin in BUILTIN_DIMS:
+            geometry, dim = BUILTIN_DIMS[builtin]
+            want = energy_center_size(geometry, dim)
+            if len(v) != want:
+                what = "a quaternion (x, y, z, w)" if geometry == "so3" else "one per data dimension"
+                raise ValueError(f"needs {want} values for builtin {builtin} ({what})")
+            if geometry == "so3" and sum(c * c for c in v) < 1e-12:
+                raise ValueError("a zero quaternion is not a rotation")
         return v
+
+
+def energy_center_size(geometry: str, dim: int) -> int:
+    """EFM's energy centre: a point (dim values) in Euclidean space, a unit quaternion (4 values) on SO(3)."""
+    return 4 if geometry == "so3" else dim
 
 
 class TrainPredictorParams(JobParams):

@@ -7,7 +7,10 @@
   from samples of p, with no auxiliary model. The normaliser is estimated in each minibatch (self-normalised
   weights): consistent, slightly biased for small batches.
 - Rotation flow matching on SO(3): R0 ~ Haar, geodesic R_t = R0 Exp(t xi) with xi = Log(R0^T R1), whose body-frame
-  velocity is the constant xi; loss ||omega(R_t, t) - xi||^2.
+  velocity is the constant xi; loss ||omega(R_t, t) - xi||^2. Its EFM variant weights the same regression by
+  exp(-beta E(R1)), self-normalised per minibatch as above (the argument does not depend on the path: the weighted
+  loss is the CFM loss under q), with the quadratic energy of the embedding E(R) = ||R - C||_F^2 / 2 =
+  3 - tr(C^T R), C a centre rotation (the distance reward on SO(3) is tr(C^T R) - 3 = -E).
 - Predictor regression (mean squared error on standardised labels)."""
 from __future__ import annotations
 
@@ -76,12 +79,24 @@ def efm_loss(model, x1: torch.Tensor, generator: torch.Generator, energy: torch.
     return cfm_loss(model, x1, generator, weights=energy_weights(energy, beta))
 
 
-def so3_cfm_loss(model, R1: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def so3_cfm_loss(model, R1: torch.Tensor, generator: torch.Generator, weights: torch.Tensor | None = None
+                 ) -> torch.Tensor:
     R0 = so3.uniform(R1.shape[0], generator, R1.dtype)
     t = torch.rand(R1.shape[0], generator=generator, dtype=R1.dtype)
     xi = so3.log(R0.transpose(-1, -2) @ R1)
     Rt = R0 @ so3.exp(t[:, None] * xi)
-    return ((model(Rt, t) - xi) ** 2).sum(-1).mean()
+    err = ((model(Rt, t) - xi) ** 2).sum(-1)
+    return err.mean() if weights is None else (weights * err).mean()
+
+
+def so3_quadratic_energy(R: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    """||R - C||_F^2 / 2 = 3 - tr(C^T R) for rotations R [n, 3, 3] and a centre rotation C [3, 3]."""
+    return 3.0 - torch.einsum("ij,nij->n", center.to(R.dtype), R)
+
+
+def so3_efm_loss(model, R1: torch.Tensor, generator: torch.Generator, energy: torch.Tensor, beta: float
+                 ) -> torch.Tensor:
+    return so3_cfm_loss(model, R1, generator, weights=energy_weights(energy, beta))
 
 
 def predictor_loss(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
