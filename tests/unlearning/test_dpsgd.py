@@ -140,11 +140,17 @@ def test_killed_training_resumes_from_its_checkpoint():
     assert len(ctx.models) == 1 and out["costs"]["steps"] == 20
 
 
-def test_audit_job_hidden_state_canary_and_bad_input():
+def _trained_for_canary_audit():
+    """A DP-SGD version and the params of a 40-run canary audit of it."""
     ctx = _ctx(sample_rate=1.0, steps=4)
     out = jobs.run_training(ctx)
     ctx.params = {"model_version_id": out["model_version_id"], "method": "hidden_state_canary", "runs": 40,
                   "canary_every": 1, "seed": 0, "checkpoint_every": 10}
+    return ctx, out
+
+
+def test_audit_job_hidden_state_canary_and_bad_input():
+    ctx, out = _trained_for_canary_audit()
     a = jobs.run_audit(ctx)
     assert a["method"] == "hidden_state_canary" and a["runs"] == 40
     assert a["eps_lower"] <= a["accountant_epsilon"]
@@ -165,10 +171,7 @@ def test_audit_job_hidden_state_canary_and_bad_input():
 
 
 def test_killed_canary_audit_resumes_from_its_kept_scores():
-    ctx = _ctx(sample_rate=1.0, steps=4)
-    out = jobs.run_training(ctx)
-    ctx.params = {"model_version_id": out["model_version_id"], "method": "hidden_state_canary", "runs": 40,
-                  "canary_every": 1, "seed": 0, "checkpoint_every": 10}
+    ctx, out = _trained_for_canary_audit()
     full = jobs.run_audit(ctx)
     killed = InMemoryJobContext(params=ctx.params, artifacts=dict(ctx.artifacts), models=dict(ctx.models),
                                 cancel_after_progress=6)  # a checkpoint every 4 runs: the last one after run 4
