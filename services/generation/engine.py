@@ -550,8 +550,10 @@ class Engine:
     def _leave(self, s: Sequence, error: BaseException | None = None) -> None:
         a = self.adapter
         elem = s.k[0].element_size()
-        full = (s.full_tokens + len(s.generated)) * a.L * s.k[0].shape[0] * (s.k[0].shape[-1] + s.v[0].shape[-1]) \
-            * elem
+        # the tokens an uncompressed cache holds now: the prompt and every generated token but the last, whose keys
+        # and values are never computed (nothing is decoded after it)
+        cached = s.full_tokens + max(len(s.generated) - 1, 0)
+        full = cached * a.L * s.k[0].shape[0] * (s.k[0].shape[-1] + s.v[0].shape[-1]) * elem
         held = s.cache_bytes()
         text = s.final_text if s.final_text is not None else self.tokenizer.decode(s.generated,
                                                                                    skip_special_tokens=True)

@@ -132,6 +132,7 @@ def test_alpha_one_equals_no_compression_exactly(engine):
     sp = SamplingParams(max_new_tokens=10, ignore_eos=True)
     ids = engine.encode(PROMPTS[3])
     ev0, f0 = engine.generate(ids, sp)
+    assert f0.cache_bytes == f0.full_cache_bytes  # no compression keeps the whole cache
     for policy in ("vl_cache", "h2o", "streaming_llm"):
         ev, f = engine.generate(ids, sp, CachePolicy(policy, alpha=1.0))
         assert f.token_ids == f0.token_ids and [e.logprob for e in ev] == [e.logprob for e in ev0]
