@@ -1,7 +1,7 @@
 """GuidedFlowService end to end: the real gRPC server and interceptors, a `praxon worker` subprocess, PostgreSQL
 and S3. Register the analytic mixture flow, guide samples toward a mode (artifacts, per-iteration statistics,
-progress), cancel a running job, kill -9 a training worker and resume from the checkpoint to the same weights as an
-uninterrupted run, and bad input answered INVALID_ARGUMENT with the field."""
+progress), cancel a running job, kill -9 the worker of a training job and of a sampling job and resume each from its
+checkpoint to the result of an uninterrupted run, and bad input answered INVALID_ARGUMENT with the field."""
 from __future__ import annotations
 
 import math
@@ -188,6 +188,41 @@ def test_training_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(
     want = ctx.models[run_train_flow(ctx)["model_version_id"]][1]
     for k in want:
         torch.testing.assert_close(got[k], want[k])
+
+
+def test_sampling_killed_mid_run_resumes_to_the_samples_of_an_uninterrupted_run(env):
+    def request(key):
+        return pb.StartGuidedFlowSamplingJobRequest(
+            flow=common_pb2.ModelRef(name="ring"), reward=[_distance(4.0, 0.0)], control_cost=0.05, steps=30,
+            iterations=60, num_samples=1024, learning_rate=0.1, method=pb.GUIDANCE_METHOD_OC_FLOW, seed=5,
+            idempotency_key=key)
+
+    job = env.stub.StartGuidedFlowSamplingJob(request("killed"), metadata=env.md).job
+
+    def checkpointed():
+        row = harness.job_row(env.settings, job.id)
+        return row["state"] == "RUNNING" and row["checkpoint_key"] is not None and row["progress"] >= 0.05
+    harness.wait_for(checkpointed, timeout=120, interval=0.05, what="a checkpoint")
+    env.worker.kill9()
+    row = harness.job_row(env.settings, job.id)
+    assert row["state"] == "RUNNING" and row["progress"] < 0.95, row
+    env.worker = start_worker(env.settings, env.log_dir)
+    done = wait_job(env.jobs, env.token, job.id, timeout=300)
+    assert done.state == common_pb2.JOB_STATE_SUCCEEDED and done.attempts == 2, done.error
+    with db.connect(env.settings) as conn:
+        firsts = conn.execute("SELECT count(*) AS n FROM job_events WHERE job_id = %s AND message LIKE 'iteration 1/%%'",
+                              (job.id,)).fetchone()["n"]
+    assert firsts == 1  # the second attempt resumed from the checkpoint, it did not start over
+
+    straight = wait_job(env.jobs, env.token, env.stub.StartGuidedFlowSamplingJob(
+        request("uninterrupted"), metadata=env.md).job.id, timeout=300)
+    assert straight.state == common_pb2.JOB_STATE_SUCCEEDED and straight.attempts == 1, straight.error
+    assert done.result["per_iteration"] == straight.result["per_iteration"]
+
+    def samples(j):
+        art = next(a for a in j.artifacts if a.content_type == "application/vnd.safetensors")
+        return st_load(env.server.app.registry.read_artifact(env.tenant, art.id))["samples"]
+    assert torch.equal(samples(done), samples(straight))
 
 
 def test_cli_commands_and_demo(env, capsys):
