@@ -156,6 +156,26 @@ def test_a_running_sampling_job_can_be_cancelled(env):
     assert done.state == common_pb2.JOB_STATE_CANCELLED and done.progress < 0.5 and not done.artifacts
 
 
+def _kill_the_worker_mid_job_and_resume(env, job_id: str, min_progress: float, first_message: str):
+    """kill -9 the worker once the job has a checkpoint and min_progress, start a new one, and check the job
+    succeeds on its second attempt having resumed (its first step's event is there once, not twice)."""
+    def checkpointed():
+        row = harness.job_row(env.settings, job_id)
+        return row["state"] == "RUNNING" and row["checkpoint_key"] is not None and row["progress"] >= min_progress
+    harness.wait_for(checkpointed, timeout=120, interval=0.05, what="a checkpoint")
+    env.worker.kill9()
+    row = harness.job_row(env.settings, job_id)
+    assert row["state"] == "RUNNING" and row["progress"] < 0.95, row
+    env.worker = start_worker(env.settings, env.log_dir)
+    done = wait_job(env.jobs, env.token, job_id, timeout=300)
+    assert done.state == common_pb2.JOB_STATE_SUCCEEDED and done.attempts == 2, done.error
+    with db.connect(env.settings) as conn:
+        firsts = conn.execute("SELECT count(*) AS n FROM job_events WHERE job_id = %s AND message = %s",
+                              (job_id, first_message)).fetchone()["n"]
+    assert firsts == 1
+    return done
+
+
 def test_training_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(env):
     from services.common.jobcontext import InMemoryJobContext
     from services.design.flows.jobs import run_train_flow
@@ -164,21 +184,7 @@ def test_training_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(
     job = env.stub.StartFlowTrainingJob(pb.StartFlowTrainingJobRequest(
         name="ring-cfm", builtin=pb.FLOW_DATASET_GMM_2D, method=pb.FLOW_TRAINING_METHOD_CFM,
         options=pb.FlowTrainingOptions(**opts)), metadata=env.md).job
-
-    def checkpointed():
-        row = harness.job_row(env.settings, job.id)
-        return row["state"] == "RUNNING" and row["checkpoint_key"] is not None and row["progress"] >= 0.1
-    harness.wait_for(checkpointed, timeout=120, interval=0.05, what="a checkpoint")
-    env.worker.kill9()
-    row = harness.job_row(env.settings, job.id)
-    assert row["state"] == "RUNNING" and row["progress"] < 0.95, row
-    env.worker = start_worker(env.settings, env.log_dir)
-    done = wait_job(env.jobs, env.token, job.id, timeout=240)
-    assert done.state == common_pb2.JOB_STATE_SUCCEEDED and done.attempts == 2, done.error
-    with db.connect(env.settings) as conn:
-        firsts = conn.execute("SELECT count(*) AS n FROM job_events WHERE job_id = %s AND message = 'step 1/1200'",
-                              (job.id,)).fetchone()["n"]
-    assert firsts == 1  # the second attempt resumed from the checkpoint, it did not start over
+    _kill_the_worker_mid_job_and_resume(env, job.id, 0.1, "step 1/1200")
     version = env.server.app.registry.resolve(env.tenant, "ring-cfm")
     got, config = env.server.app.registry.load_weights(env.tenant, version)
     assert config["arch"] == "mlp" and version["version"] == 1
@@ -198,21 +204,7 @@ def test_sampling_killed_mid_run_resumes_to_the_samples_of_an_uninterrupted_run(
             idempotency_key=key)
 
     job = env.stub.StartGuidedFlowSamplingJob(request("killed"), metadata=env.md).job
-
-    def checkpointed():
-        row = harness.job_row(env.settings, job.id)
-        return row["state"] == "RUNNING" and row["checkpoint_key"] is not None and row["progress"] >= 0.05
-    harness.wait_for(checkpointed, timeout=120, interval=0.05, what="a checkpoint")
-    env.worker.kill9()
-    row = harness.job_row(env.settings, job.id)
-    assert row["state"] == "RUNNING" and row["progress"] < 0.95, row
-    env.worker = start_worker(env.settings, env.log_dir)
-    done = wait_job(env.jobs, env.token, job.id, timeout=300)
-    assert done.state == common_pb2.JOB_STATE_SUCCEEDED and done.attempts == 2, done.error
-    with db.connect(env.settings) as conn:
-        firsts = conn.execute("SELECT count(*) AS n FROM job_events WHERE job_id = %s AND message LIKE 'iteration 1/%%'",
-                              (job.id,)).fetchone()["n"]
-    assert firsts == 1  # the second attempt resumed from the checkpoint, it did not start over
+    done = _kill_the_worker_mid_job_and_resume(env, job.id, 0.05, "iteration 1/60")
 
     straight = wait_job(env.jobs, env.token, env.stub.StartGuidedFlowSamplingJob(
         request("uninterrupted"), metadata=env.md).job.id, timeout=300)
