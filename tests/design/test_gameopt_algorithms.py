@@ -69,6 +69,19 @@ def test_brute_force_3_sites_20_letters_finds_the_ucb_maximum_among_equilibria()
     assert h.payoffs.max() <= U.max() + 1e-9
 
 
+def test_when_every_equilibrium_is_already_observed_the_batch_is_its_best_neighbours_not_random():
+    space = SequenceSpace("ACDEFG", 6)
+    sur, X, y = _surrogate(space, 20, seed=1)
+    opt = GameOpt(space, X, y, batch_size=2, config=GameOptConfig(solver="best_response"), seed=0, surrogate=sur)
+    eq = X[:2]  # the games' end points: as many as the batch wants, but both measured already
+    batch = opt.select([eq])
+    assert len(batch) == 2 and all(b.source == "best_response" for b in batch)  # no random filler
+    observed = {x.tobytes() for x in opt.X}
+    neighbours = [d for x in eq for d in Players.of(space).deviations(x)[0]]
+    assert all(b.sequence.tobytes() not in observed for b in batch)
+    assert all(any(np.array_equal(b.sequence, d) for d in neighbours) for b in batch)
+
+
 def test_hedge_regret_falls_with_rounds():
     space = SequenceSpace("ACDEF", 5)
     sur, _, _ = _surrogate(space, 15, seed=3)

@@ -4,7 +4,7 @@ the quality test run them in.
 GameOpt (`GameOpt.plan` + `GameOpt.play` + `GameOpt.select`, split so the suggestion job can checkpoint after each
 game): fit the GP on the observations; play several games (the first from the best observed sequence, the others
 from random feasible starts) with the chosen solver; pool the games' candidate equilibria, drop sequences already
-observed, and return the top `batch_size` distinct feasible ones by UCB. If the games yield too few, the rest of the
+observed, and return the top `batch_size` distinct feasible ones by UCB. If the games yield too few new ones, the rest of the
 batch is filled with the best-UCB single-site neighbours of the equilibria, then with random feasible sequences.
 
 Baselines (same space, same constraints, same surrogate where they use one):
@@ -144,16 +144,20 @@ class GameOpt:
                     seen.add(p.tobytes())
                     out.append(Suggestion(p.copy(), source="parent"))
             return out + _fill_random(self.space, rng, self.batch_size - len(out), seen, "random")
-        C = _dedupe_rows(np.concatenate([p for p in pools if len(p)] or [np.zeros((0, self.space.length), int)]))
-        if len(C) < self.batch_size:  # too few equilibria: their best feasible single-player neighbours
+        def new_feasible(C: np.ndarray) -> np.ndarray:
+            C = C[self.space.feasible(C)] if len(C) else C
+            return np.array([x for x in C if x.tobytes() not in observed], dtype=np.int64).reshape(-1, self.space.length)
+
+        E = _dedupe_rows(np.concatenate([p for p in pools if len(p)] or [np.zeros((0, self.space.length), int)]))
+        C = new_feasible(E)
+        # too few new equilibria (games often end on points already measured): add the feasible single-player
+        # neighbours of every equilibrium, ranked by UCB with the rest, before falling back to random sequences
+        if len(C) < self.batch_size and len(E):
             extra = []
-            for x in C:
+            for x in E:
                 D, _ = self.players.deviations(x)
                 extra.append(D[deviation_feasible(self.space, self.players, x, D)])
-            if extra:
-                C = _dedupe_rows(np.concatenate([C, *extra]))
-        C = C[self.space.feasible(C)] if len(C) else C
-        C = np.array([x for x in C if x.tobytes() not in observed], dtype=np.int64).reshape(-1, self.space.length)
+            C = new_feasible(_dedupe_rows(np.concatenate([E, *extra])))
         out: list[Suggestion] = []
         if len(C):
             mu, sd = self.surrogate.mean_std(C)
