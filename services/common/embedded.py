@@ -182,6 +182,7 @@ class EmbeddedPostgres:
             user = "embedded_postgres"
             ensure_user_exists(user)
             ensure_prefix_permissions(self.pgdata)
+            ensure_prefix_permissions(POSTGRES_BIN_PATH)  # a checkout in a 0700 folder (mktemp -d) hides initdb
             ensure_folder_permissions(POSTGRES_BIN_PATH, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
             ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
             pw = pwd.getpwnam(user)
