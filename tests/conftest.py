@@ -6,7 +6,6 @@ if not os.environ.get("TRITON_INTERPRET"):
 
     os.environ["TRITON_INTERPRET"] = "0" if torch.cuda.is_available() else "1"
 
-import random
 import uuid
 
 import pytest
@@ -34,7 +33,7 @@ def s3(tmp_path_factory):
 @pytest.fixture(scope="session")
 def redis_db():
     """A Redis database number of its own, so a test run shares no queue with anything else."""
-    return random.randint(1, 15)
+    return harness.claim_redis_db()
 
 
 @pytest.fixture(scope="session")

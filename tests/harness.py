@@ -28,20 +28,28 @@ RABBIT_URL = os.environ.get("PRAXON_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.
 
 
 def free_port_base(span: int = 6) -> int:
-    """A base port with base .. base+span and their +10000 gRPC twins free (weed mini needs them)."""
+    """A base port with base .. base+span and their +10000 gRPC twins free (weed mini needs them). All of them lie
+    below the kernel's ephemeral range: a port there can be taken at any moment by an outgoing connection (the
+    suite opens thousands), and weed then exits with "address already in use"."""
     import socket
 
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first, last = 12000, min(low, 65536) - 10000 - span  # base + 10000 + span stays below `low`
+    if last <= first:
+        first, last = 2000, 65536 - 10000 - span  # an unusual range: fall back to anywhere
     for _ in range(200):
-        base = 20000 + (os.getpid() * 7919 + int(time.time() * 1000)) % 25000
-        ok = True
-        for p in [*range(base, base + span), *range(base + 10000, base + 10000 + span)]:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", p)) == 0:
-                    ok = False
-                    break
-        if ok:
-            return base
-        time.sleep(0.01)
+        base = first + (os.getpid() * 7919 + time.monotonic_ns() // 1000) % (last - first)
+        try:
+            for p in [*range(base, base + span), *range(base + 10000, base + 10000 + span)]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))  # no SO_REUSEADDR: fails on any use, TIME_WAIT included
+        except OSError:
+            time.sleep(0.01)
+            continue
+        return base
     raise RuntimeError("no free port range for weed mini")
 
 
@@ -76,20 +84,47 @@ def make_settings(database_url: str, s3_endpoint: str, broker_url: str, bucket: 
     return s
 
 
-_brokers_in_use: set[str] = set()
+_claimed_dbs: dict[str, int] = {}  # Redis database number -> the fd holding its lock file
+
+
+def claim_redis_db(timeout: float = 600) -> int:
+    """A Redis database number (1-15) no other test process on this machine holds: each claim is an flock on a
+    file in the temp folder, so two test suites running at once (two checkouts, a helper's run) never share a
+    queue and steal each other's jobs. Waits for one to come free."""
+    import fcntl
+    import tempfile
+
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while True:
+        for n in range(1, 16):
+            if str(n) in _claimed_dbs:
+                continue
+            fd = os.open(os.path.join(tempfile.gettempdir(), f"praxon-test-redis-db-{n}.lock"), os.O_RDWR | os.O_CREAT,
+                         0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            _claimed_dbs[str(n)] = fd
+            try:  # whatever a killed run left there is nobody's now
+                redis.Redis.from_url(f"{REDIS_URL}/{n}").flushdb()
+            except redis.RedisError:
+                pass  # a suite run against another broker
+            return n
+        if time.monotonic() > deadline:
+            raise RuntimeError("no free Redis database for a test broker (15 are held)")
+        time.sleep(0.5)
 
 
 def private_broker(settings: Settings) -> Settings:
     """A copy of settings on a Redis database of its own, so a long-lived worker started with it consumes only the
     jobs of the server started with it (other fixtures' workers cannot claim them)."""
-    base, _, current = settings.broker_url.get_secret_value().rpartition("/")
-    _brokers_in_use.add(current)
-    free = [str(n) for n in range(1, 16) if str(n) not in _brokers_in_use]
-    if not free:
-        raise RuntimeError("no free Redis database for a private broker")
-    _brokers_in_use.add(free[0])
+    base = settings.broker_url.get_secret_value().rpartition("/")[0]
     copy = settings.model_copy(deep=True)
-    copy.broker_url = type(settings.broker_url)(f"{base}/{free[0]}")
+    copy.broker_url = type(settings.broker_url)(f"{base}/{claim_redis_db()}")
     return copy
 
 
@@ -118,7 +153,9 @@ def release_broker(settings: Settings) -> None:
         redis.Redis.from_url(url).flushdb()
     except redis.RedisError:
         pass  # a test that stopped its own Redis
-    _brokers_in_use.discard(url.rpartition("/")[2])
+    fd = _claimed_dbs.pop(url.rpartition("/")[2], None)
+    if fd is not None:
+        os.close(fd)  # drops the flock
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("up", help="run the whole platform on embedded defaults (Ctrl-C stops everything)")
     sp.add_argument("--data-dir", default=".praxon")
     sp.add_argument("--port", type=int, default=50051)
-    sp.add_argument("--s3-port-base", type=int, default=28300, help="first of the ports `weed mini` uses")
+    sp.add_argument("--s3-port-base", type=int, default=18300,
+                    help="first of the ports `weed mini` uses (it also takes each +10000: below the ephemeral range)")
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("demo", help="start the platform on embedded defaults, run the end-to-end demo, stop")

@@ -26,7 +26,7 @@ def _credentials(data_dir: Path) -> tuple[str, str]:
     return creds["access_key"], creds["secret_key"]
 
 
-def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 28300) -> None:
+def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 18300) -> None:
     from services import catalog
     from services.cli.serve import serve
 

@@ -104,8 +104,14 @@ class WeedS3:
                "-master.telemetry=false", "-admin.ui=false", f"-master.port={b}", f"-volume.port={b + 1}",
                f"-filer.port={b + 2}", f"-s3.port={self.s3_port}", f"-webdav.port={b + 4}",
                f"-admin.port={b + 5}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={ident}"]
-        self.proc = spawn(cmd, self.data_dir / "weed.log")
-        wait_for_port("127.0.0.1", self.s3_port, timeout, self.proc)
+        log = self.data_dir / "weed.log"
+        self.proc = spawn(cmd, log)
+        try:
+            wait_for_port("127.0.0.1", self.s3_port, timeout, self.proc)
+        except (RuntimeError, TimeoutError) as err:
+            self.stop()
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"weed mini did not start ({err}); the end of {log}:\n{tail}") from err
         return self
 
     def stop(self) -> None:
