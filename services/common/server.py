@@ -4,6 +4,7 @@ Prometheus metrics, deadlines and message-size limits; graceful shutdown."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import logging
 import math
@@ -305,41 +306,93 @@ class TokenBuckets:
         self._buckets[key] = (level - 1.0, now)
 
 
+class TtlCache:
+    """A bounded map whose entries live `seconds` (0: nothing is kept); at capacity the least recently used entry
+    is dropped, so a flood of new keys evicts old ones one at a time and never grows memory or empties the cache."""
+
+    def __init__(self, seconds: float, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.max_entries, self.clock = seconds, max(1, max_entries), clock
+        self._entries: collections.OrderedDict[Any, tuple[float, Any]] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Any) -> Any | None:
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        if hit[0] <= self.clock():
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return hit[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.seconds <= 0:
+            return
+        self._entries.pop(key, None)
+        while len(self._entries) >= self.max_entries:
+            self._entries.popitem(last=False)
+        self._entries[key] = (self.clock() + self.seconds, value)
+
+
 class AuthInterceptor(_Around):
     """Bearer API token -> tenant (tokens are stored hashed). Missing or bad token -> UNAUTHENTICATED; a token over
-    its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
+    its request rate -> RESOURCE_EXHAUSTED with RetryInfo.
 
-    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, limits: TokenBuckets | None = None):
+    Lookups are cached per process, keyed by the token's sha256: a live token for `cache_seconds` (a revoked or
+    expired one stops working within that), an unknown one for `negative_cache_seconds` (so a flood of bad tokens
+    costs the database one lookup per token per period; a token created after a miss works at most that long
+    later). Concurrent requests with the same uncached token share one lookup."""
+
+    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, limits: TokenBuckets | None = None, *,
+                 negative_cache_seconds: float = 2.0, max_entries: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic):
         self.pool, self.cache_seconds = pool, cache_seconds
         self.limits = limits or TokenBuckets(0, 1)
-        self._cache: dict[str, tuple[str, float, tuple[str, str]]] = {}
+        self._cache = TtlCache(cache_seconds, max_entries, clock)              # -> (tenant, (token id, name))
+        self._unknown = TtlCache(negative_cache_seconds, max_entries, clock)   # -> True
+        self._lookups: dict[bytes, asyncio.Future] = {}                        # in flight
 
     def applies(self, method: str) -> bool:
         return not method.startswith(PUBLIC_PREFIXES)
+
+    async def _lookup(self, key: bytes, token: str) -> dict | None:
+        """The database's answer for a token, shared by concurrent callers (one caller's cancellation does not
+        cancel it for the others)."""
+        task = self._lookups.get(key)
+        if task is None:
+            def lookup() -> dict | None:
+                with self.pool.connection() as conn:
+                    return db.token_identity(conn, token)
+            task = self._lookups[key] = asyncio.ensure_future(asyncio.to_thread(lookup))
+
+            def done(t: asyncio.Future) -> None:
+                self._lookups.pop(key, None)
+                if not t.cancelled() and t.exception() is None:
+                    found = t.result()
+                    if found is None:
+                        self._unknown.put(key, True)
+                    else:
+                        self._cache.put(key, (found["tenant_id"], (found["token_id"], found["token_name"])))
+            task.add_done_callback(done)
+        return await asyncio.shield(task)
 
     async def _authenticate(self, context) -> None:
         header = dict(context.invocation_metadata() or ()).get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
-        token = token.strip()
-        hit = self._cache.get(token)
-        if hit and hit[1] > time.monotonic():
-            self.limits.take(hit[2][0])
-            _tenant.set(hit[0])
-            _token.set(hit[2])
-            return
-
-        def lookup() -> dict | None:
-            with self.pool.connection() as conn:
-                return db.token_identity(conn, token)
-        found = await asyncio.to_thread(lookup)
-        if found is None:
-            raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
-        tenant, ident = found["tenant_id"], (found["token_id"], found["token_name"])
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[token] = (tenant, time.monotonic() + self.cache_seconds, ident)
+        key = db.hash_token(token.strip())
+        hit = self._cache.get(key)
+        if hit is None:
+            if self._unknown.get(key) is None:
+                found = await self._lookup(key, token.strip())
+                if found is not None:
+                    hit = (found["tenant_id"], (found["token_id"], found["token_name"]))
+            if hit is None:
+                raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
+        tenant, ident = hit
         self.limits.take(ident[0])
         _tenant.set(tenant)
         _token.set(ident)
@@ -539,7 +592,8 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     server = grpc.aio.server(
         interceptors=[RequestIdInterceptor(), MetricsInterceptor(metrics_registry), ErrorInterceptor(),
                       AuthInterceptor(app.pool, cache_seconds=g.auth_cache_seconds,
-                                      limits=TokenBuckets(g.requests_per_second_per_token, g.request_burst_per_token)),
+                                      limits=TokenBuckets(g.requests_per_second_per_token, g.request_burst_per_token),
+                                      negative_cache_seconds=g.auth_negative_cache_seconds),
                       LimitsInterceptor(g.max_message_bytes, g.default_deadline_seconds)],
         options=[("grpc.max_receive_message_length", transport_max),
                  ("grpc.max_send_message_length", transport_max),

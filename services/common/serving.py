@@ -23,7 +23,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, PraxonError, Unavailable
+from services.common.errors import (FailedPrecondition, InvalidArgument, NotFound, PraxonError, ResourceExhausted,
+                                   Unavailable)
 from services.common.modelref import split_model_ref
 from services.common.registry import Registry
 from services.common.settings import ServingConfig
@@ -282,10 +283,17 @@ class Batcher(Generic[Item, Result]):
     with it, run_batch sees one group at a time and a failing group is retried item by item (run_grouped), so a
     service writes only the per-group computation. Without it, run_batch gets the whole batch and an exception
     fails every item of the batch.
+
+    max_queued bounds the items waiting for a batch (not those already in a running batch, at most workers *
+    max_batch): a request whose items would take the queue past it gets RESOURCE_EXHAUSTED (QUEUE_FULL) with a
+    retry delay of retry_after_s at once, so an overloaded server answers rather than holding every request in
+    memory. A request larger than the bound on its own is admitted when the queue is empty (its size is bounded
+    by the service's own request limits), so no valid request is refused forever.
     A service subclasses it with typed submit methods that build its items and call run() / run_many()."""
 
     def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result | BaseException]], *, max_batch: int = 32,
-                 max_wait_ms: float = 2.0, workers: int = 1, group_key: Callable[[Item], Hashable] | None = None):
+                 max_wait_ms: float = 2.0, workers: int = 1, group_key: Callable[[Item], Hashable] | None = None,
+                 max_queued: int = 2048, retry_after_s: float = 1.0):
         if group_key is not None:
             per_group = run_batch
 
@@ -295,6 +303,7 @@ class Batcher(Generic[Item, Result]):
         self.group_key = group_key
         self.max_batch, self.max_wait_s = max(1, max_batch), max(0.0, max_wait_ms / 1000.0)
         self.workers = workers
+        self.max_queued, self.retry_after_s = max(1, max_queued), retry_after_s
         self._pending: collections.deque[_Pending[Item]] = collections.deque()
         self._arrived: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -302,6 +311,7 @@ class Batcher(Generic[Item, Result]):
         self._running: set[asyncio.Task] = set()
         self.batches = 0  # batches run (for tests and metrics)
         self.items = 0    # requests they held
+        self.rejected = 0  # items refused because the queue was full
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
@@ -310,6 +320,19 @@ class Batcher(Generic[Item, Result]):
             self._slots = asyncio.Semaphore(self.workers)
             self._task = asyncio.ensure_future(self._loop())
 
+    @property
+    def queued(self) -> int:
+        """Items waiting for a batch now (the queue depth)."""
+        return len(self._pending)
+
+    def _admit(self, n: int) -> None:
+        """Room for n more items, or ResourceExhausted (checked before anything is enqueued: all or nothing)."""
+        depth = len(self._pending)
+        if depth and depth + n > self.max_queued:
+            self.rejected += n
+            raise ResourceExhausted(f"{depth} requests are queued (the limit is {self.max_queued}); retry shortly",
+                                    retry_after_s=self.retry_after_s, reason="QUEUE_FULL")
+
     def _enqueue(self, item: Item) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(item, fut))
@@ -317,6 +340,7 @@ class Batcher(Generic[Item, Result]):
 
     async def run(self, item: Item) -> Result:
         """The result of one request, computed in some batch."""
+        self._admit(1)
         self._start()
         fut = self._enqueue(item)
         self._arrived.set()
@@ -324,6 +348,7 @@ class Batcher(Generic[Item, Result]):
 
     async def run_many(self, items: Sequence[Item]) -> list[Result]:
         """Enqueued together, so one request's items go into as few batches as possible."""
+        self._admit(len(items))
         self._start()
         futs = [self._enqueue(it) for it in items]
         self._arrived.set()

@@ -30,6 +30,9 @@ class GrpcSettings(BaseModel):
     request_burst_per_token: int = Field(400, ge=1)
     # A revoked or expired token stops working within this long (each server caches token lookups).
     auth_cache_seconds: float = Field(30.0, ge=0)
+    # An unknown token's lookup is cached this long, so a flood of bad tokens cannot hammer the database; a token
+    # created after a failed attempt works at most this long later.
+    auth_negative_cache_seconds: float = Field(2.0, ge=0)
     # TLS (PEM files; empty: plaintext, for loopback or a mesh that encrypts). A client CA file turns on mTLS:
     # clients must present a certificate it signed.
     tls_cert_file: str = ""
@@ -64,6 +67,10 @@ class ServingConfig(BaseModel):
     max_models: int = 8               # loaded model versions kept per cache (LRU)
     max_batch: int = 32               # dynamic batching: at most this many requests per batch
     max_wait_ms: float = 2.0          # ... collected for at most this long after the first one arrives
+    # Items waiting for a batch; more -> RESOURCE_EXHAUSTED (QUEUE_FULL) with retry_after_s. Two full
+    # RecommendBatch requests or eight full ModerateBatch ones: room for bursts, while an overloaded server
+    # answers at once instead of holding requests (and their texts) in memory without limit.
+    max_queued: int = Field(2048, ge=1)
 
 
 class Settings(BaseSettings):

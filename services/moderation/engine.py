@@ -62,7 +62,8 @@ class ModerationEngine:
         self.scorers = ModelCache(registry, build_scorer, self.config, what="policy scorer")
         self.calibrations = ModelCache(registry, build_conformal, self.config, what="calibration model")
         self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms,
-                               workers=self.config.batch_workers)
+                               workers=self.config.batch_workers, max_queued=self.config.max_queued,
+                               retry_after_s=self.config.retry_after_s)
 
     async def close(self) -> None:
         await self.batcher.close()

@@ -58,9 +58,10 @@ class Batcher(serving.Batcher[Item, ModerationResult]):
     """services.common.serving.Batcher grouped by (model, thresholds): concurrent requests' texts share padded
     encoder batches; a failing group is retried item by item by the common batcher."""
 
-    def __init__(self, *, max_batch: int = 32, max_wait_ms: float = 2.0, workers: int = 0):
+    def __init__(self, *, max_batch: int = 32, max_wait_ms: float = 2.0, workers: int = 0, max_queued: int = 2048,
+                 retry_after_s: float = 1.0):
         super().__init__(moderate_group, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=workers,
-                         group_key=group_of)
+                         group_key=group_of, max_queued=max_queued, retry_after_s=retry_after_s)
 
     @property
     def texts(self) -> int:

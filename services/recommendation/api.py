@@ -156,7 +156,8 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
         self.app = app
         self.config = config or ServingConfig()
         self.models = ModelCache(app.registry, build_loaded, self.config, what="recommendation model")
-        self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms)
+        self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms,
+                               max_queued=self.config.max_queued, retry_after_s=self.config.retry_after_s)
 
     async def close(self) -> None:
         await self.batcher.close()

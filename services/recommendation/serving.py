@@ -169,8 +169,10 @@ class Batcher(serving.Batcher[_Item, Row]):
     """services.common.serving.Batcher grouped by (model, exclude_seen), one batch at a time (a batch is one forward
     per model and uses the cores itself); a failing group is retried item by item by the common batcher."""
 
-    def __init__(self, *, max_batch: int = 64, max_wait_ms: float = 2.0):
-        super().__init__(forward_group, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=1, group_key=group_of)
+    def __init__(self, *, max_batch: int = 64, max_wait_ms: float = 2.0, max_queued: int = 2048,
+                 retry_after_s: float = 1.0):
+        super().__init__(forward_group, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=1, group_key=group_of,
+                         max_queued=max_queued, retry_after_s=retry_after_s)
 
     @property
     def histories(self) -> int:

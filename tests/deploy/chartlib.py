@@ -2,7 +2,8 @@
 
 Rendering uses helm-python-sdk (Helm v4's Go SDK as a C library, called with ctypes: no helm binary, no cluster).
 The expectations come from the code, never from a copy of it:
-  - env names: walked from services.common.settings.Settings (prefix and nested delimiter from its model_config);
+  - env names: walked from the process Settings (services.catalog.settings_class(): services.common.settings.Settings
+    plus every service's section, PRAXON_<SERVICE>__<FIELD>; prefix and nested delimiter from its model_config);
   - commands: parsed with services.cli.main.build_parser(), then checked against the services, queues and predictors of services/catalog.py;
   - ports: the Settings a container would build from its rendered environment, and the CLI's own defaults.
 """
@@ -96,6 +97,7 @@ PROFILES: dict[str, dict] = {
         "broker": {"existingSecret": "praxon-broker"},
         "objectStorage": {"endpoint": "minio.storage.svc:9000", "existingSecret": "praxon-s3"},
         "extraEnvVarsSecret": "praxon-extra",
+        "config": {"grpc": {"tls": {"enabled": True, "existingSecret": "praxon-grpc-tls", "clientAuth": True}}},
         "networkPolicy": {"allowExternal": False, "egress": {"restrict": True, "extraTo": [
             {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 5432, "protocol": "TCP"}]}]}},
     },
@@ -149,9 +151,18 @@ def fullname() -> str:
 
 
 # ------------------------------------------------------------------------------------------------ from the code
+@functools.cache
+def settings_class() -> type[BaseModel]:
+    """The Settings every praxon process builds (services.catalog.settings()): the common fields and every
+    service's section."""
+    from services import catalog
+
+    return catalog.settings_class()
+
+
 def settings_env_names() -> dict[str, type | None]:
     """Every environment variable the Settings read -> the leaf annotation (None for a whole nested model)."""
-    from services.common.settings import Settings
+    Settings = settings_class()
 
     prefix = Settings.model_config.get("env_prefix", "")
     delim = Settings.model_config.get("env_nested_delimiter")
@@ -178,7 +189,7 @@ def secret_env_names() -> set[str]:
 
 def must_set_env_names() -> set[str]:
     """Names whose defaults only work on a developer machine (loopback addresses) or are credentials."""
-    from services.common.settings import Settings
+    Settings = settings_class()
 
     out = set(secret_env_names())
     defaults = Settings.model_construct()
@@ -282,7 +293,7 @@ def container_env(c: Container, docs: list[dict]) -> tuple[dict[str, str], dict[
 
 def settings_for(env: dict[str, str]):
     """The Settings a praxon process would build from this environment (validates every value, too)."""
-    from services.common.settings import Settings
+    Settings = settings_class()
 
     fixed = dict(env)
     for name in secret_env_names():  # existing Secrets are not rendered: any well-formed value will do

@@ -133,6 +133,12 @@ def check_ports(docs: list[dict]) -> list[str]:
             if st.grpc.host in ("127.0.0.1", "localhost", "::1"):
                 problems.append(f"{c.where}: PRAXON_GRPC__HOST={st.grpc.host} is unreachable from other pods")
             for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                if st.grpc.tls_cert_file:  # kubelet gRPC probes speak plaintext only: a TCP probe of the port
+                    port = c.spec.get(probe, {}).get("tcpSocket", {}).get("port")
+                    if port not in ("grpc", st.grpc.port):
+                        problems.append(f"{c.where}: serves TLS, so {probe} must be a tcpSocket probe on "
+                                        f"{st.grpc.port} (got {port})")
+                    continue
                 port = c.spec.get(probe, {}).get("grpc", {}).get("port")
                 if port != st.grpc.port:
                     problems.append(f"{c.where}: {probe} is not a gRPC probe on {st.grpc.port} (got {port})")

@@ -190,7 +190,16 @@ PRAXON_GRPC__DEFAULT_DEADLINE_SECONDS: {{ $c.grpc.defaultDeadlineSeconds | toStr
 PRAXON_JOBS__LEASE_SECONDS: {{ $c.jobs.leaseSeconds | toString | quote }}
 PRAXON_JOBS__HEARTBEAT_SECONDS: {{ $c.jobs.heartbeatSeconds | toString | quote }}
 PRAXON_JOBS__REAPER_INTERVAL_SECONDS: {{ $c.jobs.reaperIntervalSeconds | toString | quote }}
+PRAXON_GRPC__REQUESTS_PER_SECOND_PER_TOKEN: {{ $c.grpc.requestsPerSecondPerToken | toString | quote }}
+PRAXON_GRPC__REQUEST_BURST_PER_TOKEN: {{ $c.grpc.requestBurstPerToken | int64 | quote }}
+PRAXON_GRPC__AUTH_CACHE_SECONDS: {{ $c.grpc.authCacheSeconds | toString | quote }}
+PRAXON_GRPC__AUTH_NEGATIVE_CACHE_SECONDS: {{ $c.grpc.authNegativeCacheSeconds | toString | quote }}
 PRAXON_JOBS__MAX_ATTEMPTS: {{ $c.jobs.maxAttempts | int64 | quote }}
+PRAXON_JOBS__MAX_ACTIVE_PER_TENANT: {{ $c.jobs.maxActivePerTenant | int64 | quote }}
+PRAXON_JOBS__MAX_ACTIVE_PER_TENANT_KIND: {{ $c.jobs.maxActivePerTenantKind | int64 | quote }}
+PRAXON_MODERATION__MAX_QUEUED: {{ $c.serving.moderation.maxQueued | int64 | quote }}
+PRAXON_RECOMMENDATION__MAX_QUEUED: {{ $c.serving.recommendation.maxQueued | int64 | quote }}
+PRAXON_GENERATION__MAX_QUEUED: {{ $c.serving.generation.maxQueued | int64 | quote }}
 PRAXON_S3__ENDPOINT: {{ include "praxon.s3Endpoint" . | quote }}
 PRAXON_S3__BUCKET: {{ $s3.bucket | quote }}
 PRAXON_S3__SECURE: {{ ternary "true" "false" (and (not .Values.minio.enabled) $s3.secure) | quote }}
@@ -225,11 +234,15 @@ PRAXON_S3__MULTIPART_BYTES: {{ $s3.multipartBytes | int64 | quote }}
       key: {{ ternary $v.objectStorage.existingSecretSecretKeyKey "s3-secret-key" (ne $v.objectStorage.existingSecret "") }}
 {{- end -}}
 
-{{/* The env and envFrom of a praxon container: praxon.containerEnv (dict "root" $ "extra" list "inline" bool) */}}
+{{/* The env and envFrom of a praxon container: praxon.containerEnv (dict "root" $ "extra" list "inline" bool
+"grpcTls" bool: a gRPC server, which gets config.grpc.tls) */}}
 {{- define "praxon.containerEnv" -}}
 {{- $root := .root -}}
 env:
 {{- include "praxon.secretEnv" $root | nindent 2 }}
+{{- if .grpcTls }}
+{{- with (include "praxon.grpcTlsEnv" $root) }}{{ . | nindent 2 }}{{ end }}
+{{- end }}
 {{- if .inline }}
 {{- range $k, $val := (include "praxon.configEnv" $root | fromYaml) }}
   - name: {{ $k }}
@@ -283,6 +296,56 @@ securityContext:
 {{- define "praxon.tmpVolumeMount" -}}
 - name: tmp
   mountPath: /tmp
+{{- end -}}
+
+{{- define "praxon.grpcTlsDir" -}}/etc/praxon/grpc-tls{{- end -}}
+
+{{/* gRPC TLS of a service container (config.grpc.tls): the Secret's files as PRAXON_GRPC__TLS_* env entries. */}}
+{{- define "praxon.grpcTlsEnv" -}}
+{{- $tls := .Values.config.grpc.tls -}}
+{{- if $tls.enabled -}}
+{{- $dir := include "praxon.grpcTlsDir" . -}}
+- name: PRAXON_GRPC__TLS_CERT_FILE
+  value: {{ printf "%s/tls.crt" $dir | quote }}
+- name: PRAXON_GRPC__TLS_KEY_FILE
+  value: {{ printf "%s/tls.key" $dir | quote }}
+{{- if $tls.clientAuth }}
+- name: PRAXON_GRPC__TLS_CLIENT_CA_FILE
+  value: {{ printf "%s/ca.crt" $dir | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "praxon.grpcTlsVolumeMount" -}}
+{{- if .Values.config.grpc.tls.enabled -}}
+- name: grpc-tls
+  mountPath: {{ include "praxon.grpcTlsDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "praxon.grpcTlsVolume" -}}
+{{- $tls := .Values.config.grpc.tls -}}
+{{- if $tls.enabled -}}
+{{- if not $tls.existingSecret -}}
+{{- fail "config.grpc.tls.enabled: set config.grpc.tls.existingSecret to a kubernetes.io/tls Secret (tls.crt, tls.key; ca.crt with clientAuth)" -}}
+{{- end -}}
+- name: grpc-tls
+  secret:
+    secretName: {{ $tls.existingSecret }}
+    defaultMode: 0440
+{{- end -}}
+{{- end -}}
+
+{{/* A service's probe target: native gRPC health, or the TCP port under TLS (kubelet gRPC probes are plaintext). */}}
+{{- define "praxon.grpcProbeTarget" -}}
+{{- if .Values.config.grpc.tls.enabled -}}
+tcpSocket:
+  port: grpc
+{{- else -}}
+grpc:
+  port: {{ .Values.config.grpc.port }}
+{{- end -}}
 {{- end -}}
 
 {{/* Resources with the GPU request added: praxon.resources (dict "resources" map "gpu" map) */}}
