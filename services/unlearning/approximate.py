@@ -27,17 +27,22 @@ METHODS = ("noisy_finetune", "finetune", "gradient_ascent", "retrain")
 
 @dataclass
 class SGDState:
+    """Where a run of `sgd` stands: enough to continue it exactly (the parameters and the generator's state)."""
     step: int
     grad_evals: int
     params: dict[str, torch.Tensor]
     rng_state: torch.Tensor
+    last_loss: float = math.nan
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "grad_evals": self.grad_evals, "params": self.params, "rng_state": self.rng_state}
+        return {"step": self.step, "grad_evals": self.grad_evals, "params": self.params, "rng_state": self.rng_state,
+                "last_loss": None if math.isnan(self.last_loss) else self.last_loss}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SGDState":
-        return cls(step=int(d["step"]), grad_evals=int(d["grad_evals"]), params=d["params"], rng_state=d["rng_state"])
+        last = d.get("last_loss")
+        return cls(step=int(d["step"]), grad_evals=int(d["grad_evals"]), params=d["params"], rng_state=d["rng_state"],
+                   last_loss=math.nan if last is None else float(last))
 
 
 @dataclass
@@ -55,26 +60,27 @@ class ApproxResult:
 
 def sgd(module: nn.Module, loss_fn: LossFn, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,
         batch_size: int, seed: int, noise_std: float = 0.0, ascent: bool = False, max_grad_norm: float | None = None,
-        state: SGDState | None = None, callback: Callable[[SGDState], None] | None = None,
-        callback_every: int = 50) -> tuple[int, int, float]:
-    """Plain minibatch SGD (descent or ascent) with optional parameter noise. Returns (steps, evals, loss)."""
+        state: SGDState | None = None, max_iters: int | None = None) -> SGDState:
+    """Plain minibatch SGD (descent or ascent) with optional parameter noise, in place on `module`, up to `steps`
+    steps. Resumable in chunks: it runs at most `max_iters` more steps and returns the state, from which a later
+    call (in this process or a fresh one) continues exactly as an uninterrupted run."""
     if X.shape[0] == 0:
         raise InvalidArgument("forget_record_ids" if ascent else "dataset", "no examples to train on")
     if steps < 0 or lr <= 0 or batch_size <= 0:
         raise InvalidArgument("params", "steps >= 0, lr > 0 and batch_size > 0 are required")
     g = torch.Generator()
     g.manual_seed(int(seed))
-    step, evals = 0, 0
+    step, evals, last = 0, 0, math.nan
     if state is not None:
         module.load_state_dict(state.params)
         g.set_state(state.rng_state)
-        step, evals = state.step, state.grad_evals
+        step, evals, last = state.step, state.grad_evals, state.last_loss
     params = [p for p in module.parameters() if p.requires_grad]
     n = X.shape[0]
     bs = min(batch_size, n)
-    last = math.nan
+    stop = steps if max_iters is None else min(steps, step + max_iters)
     module.train()
-    while step < steps:
+    while step < stop:
         idx = torch.randint(n, (bs,), generator=g)
         module.zero_grad(set_to_none=True)
         loss = loss_fn(module(X[idx]), y[idx])
@@ -93,12 +99,9 @@ def sgd(module: nn.Module, loss_fn: LossFn, X: torch.Tensor, y: torch.Tensor, *,
                 if noise_std > 0:
                     p.add_(noise_std * torch.randn(p.shape, generator=g, dtype=p.dtype))
         step += 1
-        if callback is not None and step % callback_every == 0:
-            callback(SGDState(step=step, grad_evals=evals,
-                              params={k: v.detach().clone() for k, v in module.state_dict().items()},
-                              rng_state=g.get_state()))
     module.eval()
-    return step, evals, last
+    return SGDState(step=step, grad_evals=evals, params={k: v.detach().clone() for k, v in module.state_dict().items()},
+                    rng_state=g.get_state(), last_loss=last)
 
 
 def reset_parameters(module: nn.Module, seed: int) -> None:
@@ -110,26 +113,37 @@ def reset_parameters(module: nn.Module, seed: int) -> None:
                 m.reset_parameters()
 
 
-def unlearn_approximate(method: str, module: nn.Module, loss_fn: LossFn, *, retain: tuple[torch.Tensor, torch.Tensor],
-                        forget: tuple[torch.Tensor, torch.Tensor], steps: int, lr: float, batch_size: int, seed: int,
-                        noise_std: float = 0.0, state: SGDState | None = None,
-                        callback: Callable[[SGDState], None] | None = None, callback_every: int = 50) -> ApproxResult:
-    """Run one of METHODS in place on `module`."""
+def run_method(method: str, module: nn.Module, loss_fn: LossFn, *, retain: tuple[torch.Tensor, torch.Tensor],
+               forget: tuple[torch.Tensor, torch.Tensor], steps: int, lr: float, batch_size: int, seed: int,
+               noise_std: float = 0.0, state: SGDState | None = None, max_iters: int | None = None) -> SGDState:
+    """Run one of METHODS in place on `module`, resumable in chunks like `sgd` (state / max_iters); the run is
+    done when the returned state's step reaches `steps`."""
     if method not in METHODS:
         raise InvalidArgument("method", f"unknown approximate method {method!r}; one of {', '.join(METHODS)}")
     if method == "noisy_finetune" and noise_std <= 0:
         raise InvalidArgument("noise_std", "noisy_finetune needs noise_std > 0")
-    kw = dict(steps=steps, lr=lr, batch_size=batch_size, seed=seed, state=state, callback=callback,
-              callback_every=callback_every)
+    kw = dict(steps=steps, lr=lr, batch_size=batch_size, seed=seed, state=state, max_iters=max_iters)
     if method == "retrain" and state is None:
         reset_parameters(module, seed)
     if method == "gradient_ascent":
-        s, e, last = sgd(module, loss_fn, *forget, ascent=True, max_grad_norm=5.0, **kw)
-    else:
-        s, e, last = sgd(module, loss_fn, *retain, noise_std=noise_std if method == "noisy_finetune" else 0.0, **kw)
+        return sgd(module, loss_fn, *forget, ascent=True, max_grad_norm=5.0, **kw)
+    return sgd(module, loss_fn, *retain, noise_std=noise_std if method == "noisy_finetune" else 0.0, **kw)
+
+
+def approx_result(method: str, state: SGDState) -> ApproxResult:
     note = ("gold standard: retrained from scratch on the retain set (exact, not approximate)"
             if method == "retrain" else ApproxResult.note)
-    return ApproxResult(method=method, steps=s, grad_evals=e, final_loss=last, certified=False, note=note)
+    return ApproxResult(method=method, steps=state.step, grad_evals=state.grad_evals, final_loss=state.last_loss,
+                        certified=False, note=note)
+
+
+def unlearn_approximate(method: str, module: nn.Module, loss_fn: LossFn, *, retain: tuple[torch.Tensor, torch.Tensor],
+                        forget: tuple[torch.Tensor, torch.Tensor], steps: int, lr: float, batch_size: int, seed: int,
+                        noise_std: float = 0.0) -> ApproxResult:
+    """Run one of METHODS in place on `module`, in one go."""
+    st = run_method(method, module, loss_fn, retain=retain, forget=forget, steps=steps, lr=lr, batch_size=batch_size,
+                    seed=seed, noise_std=noise_std)
+    return approx_result(method, st)
 
 
 # ---- modules for registered model kinds ---------------------------------------------------------------

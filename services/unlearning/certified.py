@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -54,11 +54,6 @@ class GDState:
                    grad_norm=math.inf if gn is None else float(gn))
 
 
-# callback(state) is called after every `callback_every` steps; it may checkpoint, report progress, or
-# raise Cancelled.
-StepCallback = Callable[[GDState], None]
-
-
 @dataclass
 class GDResult:
     theta: torch.Tensor
@@ -68,14 +63,32 @@ class GDResult:
     converged: bool
     step_size: float
     smoothness: float
+    finished: bool = True          # False: paused after `max_iters` iterations; resume from `state`
+    state: GDState | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        """What certify_and_publish needs of a finished descent (a resumed job publishes from it)."""
+        return {"theta": self.theta.clone(), "steps": self.steps, "grad_evals": self.grad_evals,
+                "grad_norm": self.grad_norm, "converged": self.converged, "step_size": self.step_size,
+                "smoothness": self.smoothness}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GDResult":
+        return cls(theta=d["theta"].to(DTYPE), steps=int(d["steps"]), grad_evals=int(d["grad_evals"]),
+                   grad_norm=float(d["grad_norm"]), converged=bool(d["converged"]), step_size=float(d["step_size"]),
+                   smoothness=float(d["smoothness"]))
 
 
 def gd_to_radius(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, theta0: torch.Tensor, radius: float,
                  *, max_steps: int = 100_000, state: GDState | None = None,
-                 callback: StepCallback | None = None, callback_every: int = 50) -> GDResult:
+                 max_iters: int | None = None) -> GDResult:
     """Gradient descent with step 1/L on F_(X,y) until ||grad|| <= mu * radius (certifying
     ||theta - theta*|| <= radius). The stopping test reuses the step's own gradient, so every
-    iteration costs exactly len(X) gradient evaluations."""
+    iteration costs exactly len(X) gradient evaluations.
+
+    Resumable in chunks: with `max_iters` it pauses right after that many more iterations (before the next
+    gradient, so a resumed run spends exactly the evaluations an uninterrupted one does) and returns
+    finished=False; `state` (advanced in place, also returned as result.state) continues it."""
     if not radius > 0:
         raise InvalidArgument("r", "must be > 0")
     L = problem.smoothness(X)
@@ -83,6 +96,8 @@ def gd_to_radius(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, theta
     tol = problem.mu * radius
     st = state if state is not None else GDState(theta=theta0.to(DTYPE).clone())
     n = X.shape[0]
+    stop = None if max_iters is None else st.step + max_iters
+    finished = True
     while True:
         g = problem.gradient(st.theta, X, y)
         st.grad_evals += n
@@ -93,10 +108,12 @@ def gd_to_radius(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, theta
             break
         st.theta = st.theta - eta * g
         st.step += 1
-        if callback is not None and st.step % callback_every == 0:
-            callback(st)
+        if stop is not None and st.step >= stop:
+            finished = False
+            break
     return GDResult(theta=st.theta, steps=st.step, grad_evals=st.grad_evals, grad_norm=st.grad_norm,
-                    converged=st.grad_norm <= tol, step_size=eta, smoothness=L)
+                    converged=finished and st.grad_norm <= tol, step_size=eta, smoothness=L, finished=finished,
+                    state=st)
 
 
 @dataclass
@@ -192,41 +209,96 @@ def certify_and_publish(problem: LinearProblem, result: GDResult, *, radius: flo
                            certificate=cert, unit_noise=z.clone())
 
 
+class CertifiedRun:
+    """A descent to the certified radius (gd_to_radius, guard_heads.newton_to_radius) then the Gaussian mechanism,
+    for a job run as Steps (services.common.jobcontext): `advance()` runs `every` iterations (one job step), and the
+    chunk that finishes the descent draws the secret noise (FAILED_PRECONDITION when it did not converge), so the
+    checkpoint a job takes after that step keeps the draw before anything is published; `publish()` then gives the
+    one release, also in a job resumed from that checkpoint. Pausing only between iterations, the chunks spend
+    exactly the iterations and gradient evaluations of an uninterrupted descent (the certificate reports them).
+    `run(state, max_iters)` runs one chunk from `state` (None: the start).
+
+    How many chunks it takes is not known in advance: `total` is the estimate from `hint` iterations (or one more
+    than run so far) until the descent finishes, then the chunks it took."""
+
+    def __init__(self, problem, run: Callable[[GDState | None, int], GDResult], *, every: int, hint: int,
+                 radius: float, epsilon: float, delta: float, start: str):
+        self.problem, self.run, self.every = problem, run, int(every)
+        self.radius, self.epsilon, self.delta, self.start = radius, epsilon, delta, start
+        self.estimate = max(1, math.ceil(hint / self.every))
+        self.gd: GDState | None = None
+        self.result: GDResult | None = None  # the finished descent
+        self.chunks = 0
+        self.unit_noise: torch.Tensor | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    @property
+    def total(self) -> int:
+        return self.chunks if self.finished else max(self.estimate, self.chunks + 1)
+
+    @property
+    def step(self) -> int:
+        return 0 if self.gd is None else self.gd.step
+
+    def advance(self) -> dict[str, float]:
+        """Run one chunk; the progress metrics."""
+        res = self.run(self.gd, self.every)
+        self.gd, self.chunks = res.state, self.chunks + 1
+        if res.finished:
+            self.result = res
+            self.unit_noise = self.publish().unit_noise  # the one secret draw
+        return {"grad_norm": res.grad_norm, "grad_evals": float(res.grad_evals)}
+
+    def publish(self) -> CertifiedOutput:
+        return certify_and_publish(self.problem, self.result, radius=self.radius, epsilon=self.epsilon,
+                                   delta=self.delta, start=self.start, unit_noise=self.unit_noise)
+
+    def state(self) -> dict:
+        return {"descent": {"gd": None if self.gd is None else self.gd.to_dict(), "chunks": self.chunks,
+                            "result": None if self.result is None else self.result.to_dict()},
+                "unit_noise": self.unit_noise}
+
+    def load_state(self, st: dict) -> None:
+        d = st["descent"]
+        self.gd = None if d["gd"] is None else GDState.from_dict(d["gd"])
+        self.chunks = int(d["chunks"])
+        self.result = None if d["result"] is None else GDResult.from_dict(d["result"])
+        self.unit_noise = st["unit_noise"]
+
+
 def train_certified(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, *, radius: float, epsilon: float,
                     delta: float, max_steps: int = 100_000, theta0: torch.Tensor | None = None,
-                    state: GDState | None = None, callback: StepCallback | None = None,
-                    callback_every: int = 50, unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
+                    unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
     """Learn theta_S to radius r and publish it through the same noisy mechanism as unlearning (so a trained
-    model and a retrained one are drawn from the same procedure)."""
+    model and a retrained one are drawn from the same procedure). In one go; a job runs the descent in
+    resumable chunks (gd_to_radius with max_iters) and then certify_and_publish."""
     validate_privacy(epsilon, delta)
     X, y = problem.check_data(X, y)
     start = problem.zeros() if theta0 is None else theta0.to(DTYPE)
-    res = gd_to_radius(problem, X, y, start, radius, max_steps=max_steps, state=state, callback=callback,
-                       callback_every=callback_every)
+    res = gd_to_radius(problem, X, y, start, radius, max_steps=max_steps)
     return certify_and_publish(problem, res, radius=radius, epsilon=epsilon, delta=delta,
                                start="zero" if theta0 is None else "warm", unit_noise=unit_noise)
 
 
 def unlearn_certified(problem: LinearProblem, X_retain: torch.Tensor, y_retain: torch.Tensor,
                       theta_start: torch.Tensor, *, radius: float, epsilon: float, delta: float,
-                      max_steps: int = 100_000, state: GDState | None = None,
-                      callback: StepCallback | None = None, callback_every: int = 50,
-                      sigma_scale: float = 1.0, unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
+                      max_steps: int = 100_000, sigma_scale: float = 1.0,
+                      unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
     """Algorithm 1's unlearning step: warm-start descent on the retain objective from the kept minimizer
     approximation, then the Gaussian mechanism."""
     validate_privacy(epsilon, delta)
     X_retain, y_retain = problem.check_data(X_retain, y_retain)
-    res = gd_to_radius(problem, X_retain, y_retain, theta_start, radius, max_steps=max_steps, state=state,
-                       callback=callback, callback_every=callback_every)
+    res = gd_to_radius(problem, X_retain, y_retain, theta_start, radius, max_steps=max_steps)
     return certify_and_publish(problem, res, radius=radius, epsilon=epsilon, delta=delta,
                                start="warm", sigma_scale=sigma_scale, unit_noise=unit_noise)
 
 
 def retrain_certified(problem: LinearProblem, X_retain: torch.Tensor, y_retain: torch.Tensor, *, radius: float,
                       epsilon: float, delta: float, max_steps: int = 100_000,
-                      state: GDState | None = None, callback: StepCallback | None = None,
-                      callback_every: int = 50, unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
+                      unit_noise: torch.Tensor | None = None) -> CertifiedOutput:
     """The gold standard: the same procedure on the retain set, from scratch."""
     return train_certified(problem, X_retain, y_retain, radius=radius, epsilon=epsilon, delta=delta,
-                           max_steps=max_steps, state=state, callback=callback, callback_every=callback_every,
-                           unit_noise=unit_noise)
+                           max_steps=max_steps, unit_noise=unit_noise)

@@ -101,6 +101,7 @@ class DpSgdResult:
     steps: int
     batch_sizes: list[int] = field(default_factory=list)
     canary_insertions: int = 0
+    state: dict | None = field(default=None, repr=False)  # what `resume=` continues from (private: the generator)
 
 
 def _secret_generator() -> torch.Generator:
@@ -109,13 +110,13 @@ def _secret_generator() -> torch.Generator:
 
 def train_dpsgd(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdConfig, *,
                 generator: torch.Generator | None = None, canary: Canary | None = None,
-                noise_scale: float = 1.0, resume: dict | None = None, on_state=None) -> DpSgdResult:
+                noise_scale: float = 1.0, resume: dict | None = None, max_iters: int | None = None) -> DpSgdResult:
     """DP-SGD (Opacus GradSampleModule + DPOptimizer) from zero weights. `generator` drives the batch sampling
     and the noise: None means a secret one (training jobs); the audit passes seeded ones so its runs are
     reproducible. `noise_scale` exists only to build a deliberately broken mechanism for the audit's mutation
-    test. `on_state(t, state)` after every step (checkpoint, progress, cancellation): `state` holds the weights,
-    the step and the generator's state, and `resume=state` continues from it (a secret generator's state is
-    private: keep it only in the private checkpoint)."""
+    test. Resumable in chunks: with `max_iters` it stops after that many more steps (result.steps says how many
+    are done); result.state holds the weights, the step and the generator's state, and `resume=state` continues
+    from it exactly (a secret generator's state is private: keep it only in the private checkpoint)."""
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
 
@@ -164,7 +165,8 @@ def train_dpsgd(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdCo
 
         opt.clip_and_accumulate = clip_and_accumulate_with_canary
 
-    for t in range(start, cfg.steps):
+    stop = cfg.steps if max_iters is None else min(cfg.steps, start + max_iters)
+    for t in range(start, stop):
         mask = torch.rand(n, generator=gen) < cfg.sample_rate
         idx = mask.nonzero()[:, 0]
         batch_sizes.append(int(idx.numel()))
@@ -189,12 +191,10 @@ def train_dpsgd(X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: DpSgdCo
             for p in params:
                 p.grad.div_(expected)
         opt.original_optimizer.step()
-        if on_state is not None:
-            on_state(t, {"weight": lin.weight.detach().clone(), "bias": lin.bias.detach().clone(), "step": t + 1,
-                         "generator": gen.get_state().clone(), "insertions": insertions,
-                         "batch_sizes": list(batch_sizes)})
-    return DpSgdResult(weight=lin.weight.detach().clone(), bias=lin.bias.detach().clone(), steps=cfg.steps,
-                       batch_sizes=batch_sizes, canary_insertions=insertions)
+    state = {"weight": lin.weight.detach().clone(), "bias": lin.bias.detach().clone(), "step": max(start, stop),
+             "generator": gen.get_state().clone(), "insertions": insertions, "batch_sizes": list(batch_sizes)}
+    return DpSgdResult(weight=state["weight"], bias=state["bias"], steps=state["step"], batch_sizes=batch_sizes,
+                       canary_insertions=insertions, state=state)
 
 
 def flat(res: DpSgdResult) -> torch.Tensor:

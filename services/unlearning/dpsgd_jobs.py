@@ -5,9 +5,9 @@
   run_canary_audit(ctx, p)    method hidden_state_canary of unlearning.audit: the crafted-gradient canary audit
                               of the version's DP-SGD configuration on its training data, beside the accountant
 
-Both checkpoint and resume from there after a crash: the training every `checkpoint_every` steps, with its secret
-generator state kept only in the private checkpoint; the audit is a Steps job (a pair of runs a step) under
-run_steps, its scores so far in every checkpoint."""
+Both are Steps jobs under run_steps (checkpoint, resume from there after a crash, cancellation, progress): the
+training a chunk of DP-SGD steps a step, its secret generator state kept only in the private checkpoint; the audit
+a pair of runs a step, its scores so far in every checkpoint."""
 from __future__ import annotations
 
 import hashlib
@@ -31,14 +31,6 @@ def _params_key(ctx: JobContext) -> str:
     return hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _checkpoint(ctx: JobContext, job: str) -> dict:
-    key = _params_key(ctx)
-    ck = ctx.load_checkpoint()
-    if isinstance(ck, dict) and ck.get("job") == job and ck.get("params_sha256") == key:
-        return ck
-    return {"job": job, "params_sha256": key}
-
-
 def _report(ctx: JobContext, name: str, report: dict) -> str:
     return ctx.write_artifact(name, json.dumps(report, indent=2, sort_keys=True, default=float).encode(),
                               REPORT_CONTENT_TYPE, metadata={"kind": "unlearning_report"})
@@ -47,6 +39,41 @@ def _report(ctx: JobContext, name: str, report: dict) -> str:
 def config_of(p: DpSgdParams, delta: float) -> dpsgd.DpSgdConfig:
     return dpsgd.DpSgdConfig(noise_multiplier=p.noise_multiplier, max_grad_norm=p.max_grad_norm, steps=p.steps,
                              sample_rate=p.sample_rate, lr=p.lr, delta=delta, accountant=p.accountant)
+
+
+class DpSgdTraining:
+    """DP-SGD training as Steps: a chunk of max(1, steps // 50) DP-SGD steps a step (progress about every 2%), a
+    checkpoint about every `checkpoint_every` DP-SGD steps (rounded down to whole chunks); the weights and the
+    secret generator's state are the checkpointed state (private: checkpoints are never served)."""
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: dpsgd.DpSgdConfig,
+                 checkpoint_every: int):
+        self.X, self.y, self.num_classes, self.cfg = X, y, num_classes, cfg
+        self.chunk = max(1, cfg.steps // 50)
+        self.total = -(-cfg.steps // self.chunk)
+        self.checkpoint_every = max(1, checkpoint_every // self.chunk)
+
+    def setup(self, ctx: JobContext) -> None:
+        self.res: dpsgd.DpSgdResult | None = None
+
+    def message(self, done: int, total: int) -> str:
+        return f"dp-sgd: step {self.res.steps}/{self.cfg.steps}"
+
+    def step(self, i: int) -> None:
+        self.res = dpsgd.train_dpsgd(self.X, self.y, self.num_classes, self.cfg,
+                                     resume=None if self.res is None else self.res.state, max_iters=self.chunk)
+
+    def state(self) -> dict[str, Any]:
+        return {"dpsgd": self.res.state}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        st = state["dpsgd"]
+        self.res = dpsgd.DpSgdResult(weight=st["weight"], bias=st["bias"], steps=int(st["step"]),
+                                     batch_sizes=[int(b) for b in st["batch_sizes"]],
+                                     canary_insertions=int(st["insertions"]), state=st)
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        return {"res": self.res}
 
 
 def run_dpsgd_training(ctx: JobContext, p: TrainParams) -> dict[str, Any]:
@@ -64,20 +91,10 @@ def run_dpsgd_training(ctx: JobContext, p: TrainParams) -> dict[str, Any]:
     if int(y.min()) < 0 or int(y.max()) >= c or c < 2:
         raise InvalidArgument("dataset_artifact_id", f"labels must be in [0, {c}) with at least 2 classes")
     eps = dpsgd.accountant_epsilon(cfg)
-    ck = _checkpoint(ctx, "dpsgd_train")
     t0 = time.perf_counter()
-    ctx.check_cancelled()
-
-    def on_step(t: int, state: dict) -> None:
-        done = t + 1
-        if done % p.checkpoint_every == 0 and done < cfg.steps:
-            ck["dpsgd"] = state
-            ctx.save_checkpoint(ck)
-        if done % max(1, cfg.steps // 50) == 0:
-            ctx.progress(0.95 * done / cfg.steps, f"dp-sgd: step {done}/{cfg.steps}")
-        ctx.check_cancelled()
-
-    res = dpsgd.train_dpsgd(ds.X, y, c, cfg, resume=ck.get("dpsgd"), on_state=on_step)
+    job = DpSgdTraining(ds.X, y, c, cfg, p.checkpoint_every)
+    res = run_steps(ctx, job, checkpoint_every=job.checkpoint_every, message=job.message, progress_span=(0.0, 0.95),
+                    fingerprint=_params_key(ctx))["res"]
     tensors = {"W": res.weight.contiguous(), "b": res.bias.contiguous()}
     logits = ds.X.to(dpsgd.DTYPE) @ res.weight.T + res.bias
     metrics = {"train_accuracy": float((logits.argmax(1) == y).float().mean())}

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.unlearning.certified import GDResult, GDState, StepCallback
+from services.unlearning.certified import GDResult, GDState
 
 KINDS = ("frozen_linear", "finetune")  # the guard's kinds
 KIND = "guard_frozen_linear"
@@ -289,9 +289,10 @@ class GuardHeadsProblem:
 
 def newton_to_radius(problem: GuardHeadsProblem, X: torch.Tensor, Y: torch.Tensor, theta0: torch.Tensor,
                      radius: float, *, max_steps: int = 200, state: GDState | None = None,
-                     callback: StepCallback | None = None, callback_every: int = 1) -> GDResult:
+                     max_iters: int | None = None) -> GDResult:
     """Damped Newton (Armijo backtracking on J) until ||grad J|| <= mu * radius, certifying
-    ||theta - theta*|| <= radius (mu-strong convexity). Resumable from `state` like certified.gd_to_radius."""
+    ||theta - theta*|| <= radius (mu-strong convexity). Resumable in chunks from `state` (pauses after
+    `max_iters` more iterations) like certified.gd_to_radius."""
     if not radius > 0:
         raise InvalidArgument("r", "must be > 0")
     X, Y = problem.check_data(X, Y)
@@ -299,6 +300,8 @@ def newton_to_radius(problem: GuardHeadsProblem, X: torch.Tensor, Y: torch.Tenso
     st = state if state is not None else GDState(theta=theta0.to(DTYPE).clone())
     systems = problem._block_systems(st.theta, X, Y)
     rows = sum(0 if A is None else A.shape[0] for _, A, _, _ in systems)
+    stop = None if max_iters is None else st.step + max_iters
+    finished = True
     while True:
         g = problem.gradient(st.theta, X, Y)
         st.grad_evals += rows
@@ -319,9 +322,11 @@ def newton_to_radius(problem: GuardHeadsProblem, X: torch.Tensor, Y: torch.Tenso
             a = 1.0  # at the rounding floor of J: the full Newton step (quadratic convergence there)
         st.theta = st.theta - a * step
         st.step += 1
-        if callback is not None and st.step % callback_every == 0:
-            callback(st)
+        if stop is not None and st.step >= stop:
+            finished = False
+            break
     # L <= max ||[phi, 1]||^2 + mu bounds every block's Hessian (weights sum to <= 1 per level)
     smooth = float((X ** 2).sum(1).max()) + 1.0 + problem.mu if X.shape[0] else 1.0 + problem.mu
     return GDResult(theta=st.theta, steps=st.step, grad_evals=st.grad_evals, grad_norm=st.grad_norm,
-                    converged=st.grad_norm <= tol, step_size=1.0, smoothness=smooth)
+                    converged=finished and st.grad_norm <= tol, step_size=1.0, smoothness=smooth, finished=finished,
+                    state=st)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.jobcontext import JobContext
+from services.common.jobcontext import JobContext, run_steps
 from services.common.state import loads_state
 from services.unlearning import audit, certified
 from services.unlearning.guard_heads import DTYPE, LABEL_DIM, GuardHeadsProblem, check_certifiable, newton_to_radius
@@ -110,8 +110,61 @@ def _decision_defaults(tensors: dict, config: dict, phi_val: torch.Tensor, val_r
     return choose_defaults(pred, val_rows, target_false_block_rate=target)
 
 
+class GuardUnlearning:
+    """The guard's deletion as Steps: step 0 computes the frozen encoder's features of the training and validation
+    rows (its own progress, below 0.35; kept in the checkpoint so a resumed job does not encode again), then one
+    damped Newton iteration a step on the retain rows, the last of which draws the secret noise (kept in the
+    checkpoint before anything is published)."""
+
+    def __init__(self, problem: GuardHeadsProblem, config: dict, rows: list, val_rows: list, keep: list[int],
+                 theta0: torch.Tensor, r: float, eps: float, delta: float, start: str, max_steps: int):
+        self.problem, self.config, self.rows, self.val_rows, self.keep = problem, config, rows, val_rows, keep
+        self.theta0, self.r, self.eps, self.delta, self.start, self.max_steps = theta0, r, eps, delta, start, max_steps
+
+    def setup(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        self.Y, self.Y_val = labels(self.rows), labels(self.val_rows)
+        self.phi: torch.Tensor | None = None
+        # Newton converges in a handful of iterations (the hint is for progress only)
+        self.newton = certified.CertifiedRun(self.problem, self._chunk, every=1, hint=20, radius=self.r,
+                                             epsilon=self.eps, delta=self.delta, start=self.start)
+
+    @property
+    def total(self) -> int:
+        return 1 + self.newton.total
+
+    def message(self, done: int, total: int) -> str:
+        return "features" if done == 1 else f"newton: step {self.newton.step}"
+
+    def _features_ready(self, phi: torch.Tensor, phi_val: torch.Tensor) -> None:
+        self.phi, self.phi_val = phi.to(DTYPE), phi_val.to(DTYPE)
+        keep_t = torch.tensor(self.keep, dtype=torch.long)
+        self.Xr, self.Yr = self.phi[keep_t], self.Y[keep_t]
+
+    def _chunk(self, state: certified.GDState | None, k: int) -> certified.GDResult:
+        return newton_to_radius(self.problem, self.Xr, self.Yr, self.theta0, self.r, max_steps=self.max_steps,
+                                state=state, max_iters=k)
+
+    def step(self, i: int) -> dict[str, float] | None:
+        if i == 0:
+            self._features_ready(_features(self.ctx, self.config, self.rows, 0.0, 0.3),
+                                 _features(self.ctx, self.config, self.val_rows, 0.3, 0.35))
+            return None
+        return {"grad_norm": self.newton.advance()["grad_norm"]}
+
+    def state(self) -> dict[str, Any]:
+        return {"phi": self.phi, "phi_val": self.phi_val, **self.newton.state()}
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self._features_ready(st["phi"], st["phi_val"])
+        self.newton.load_state(st)
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        return {"out": self.newton.publish()}
+
+
 def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, config: dict, *,
-                         forget_ids_of, checkpoint_of, keep_noise, write_state, report_of, guarantee_of) -> dict:
+                         forget_ids_of, write_state, report_of, guarantee_of) -> dict:
     """The guard branch of jobs.run_unlearning (the helpers are jobs.py's, passed in to keep one definition)."""
     l2 = check_guard_request(p.method, config)
     mvid = p.model_version_id
@@ -119,7 +172,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
     if not ds_id:
         raise FailedPrecondition("the guard was trained on the packaged seed set (no dataset artifact in its "
                                  "lineage): records cannot be named", reason="NO_DATASET_LINEAGE")
-    from services.unlearning.jobs import _privacy
+    from services.unlearning.jobs import _privacy, fingerprint
 
     eps, delta = _privacy(p.epsilon, p.delta, config if config.get("certificate") else None)
     r = p.r if p.r is not None else float(config.get("r", 1e-3))
@@ -143,16 +196,6 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
         raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
     problem = GuardHeadsProblem(mu=l2, dim=int(config["feature_dim"]))
     t0 = time.perf_counter()
-    ck = checkpoint_of(ctx, "unlearn_guard")
-    ctx.check_cancelled()
-    if "phi" not in ck:
-        ck["phi"] = _features(ctx, config, rows, 0.0, 0.3)
-        ck["phi_val"] = _features(ctx, config, val_rows, 0.3, 0.35)
-        ctx.save_checkpoint(ck)
-    phi, phi_val = ck["phi"].to(DTYPE), ck["phi_val"].to(DTYPE)
-    Y, Y_val = labels(rows), labels(val_rows)
-    keep_t, forget_t = torch.tensor(keep, dtype=torch.long), torch.tensor(forget_idx, dtype=torch.long)
-    Xr, Yr = phi[keep_t], Y[keep_t]
     if config.get("state_artifact_id"):
         theta_start = loads_state(ctx.read_artifact(config["state_artifact_id"]))["theta_start"].to(DTYPE)
         start_source = "private_state"
@@ -160,20 +203,12 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
         theta_start = problem.from_tensors(tensors)
         start_source = "published_weights"
     start = "zero" if p.method == "retrain" else "warm"
-    state = certified.GDState.from_dict(ck["gd"]) if ck.get("gd") is not None else None
-
-    def cb(st: certified.GDState) -> None:
-        ck["gd"] = st.to_dict()
-        ctx.save_checkpoint(ck)
-        ctx.progress(0.35 + 0.55 * min(0.99, st.step / 20), f"newton: step {st.step}", grad_norm=st.grad_norm)
-        ctx.check_cancelled()
-
-    # Newton converges in a handful of steps: at most 200 of them, fewer when the job's max_steps says so
-    res = newton_to_radius(problem, Xr, Yr, theta_start if start == "warm" else problem.zeros(), r,
-                           max_steps=min(p.max_steps, 200), state=state, callback=cb)
-    out = certified.certify_and_publish(problem, res, radius=r, epsilon=eps, delta=delta, start=start,
-                                        unit_noise=ck.get("unit_noise"))
-    keep_noise(ctx, ck, out)
+    job = GuardUnlearning(problem, config, rows, val_rows, keep, theta_start if start == "warm" else problem.zeros(),
+                          r, eps, delta, start, max_steps=min(p.max_steps, 200))
+    out = run_steps(ctx, job, message=job.message, progress_span=(0.35, 0.9),
+                    fingerprint=fingerprint(ctx, "unlearn_guard"))["out"]
+    phi, phi_val, Xr, Yr, Y_val = job.phi, job.phi_val, job.Xr, job.Yr, job.Y_val
+    forget_t = torch.tensor(forget_idx, dtype=torch.long)
     state_id = write_state(ctx, out.theta_private, out.theta_private)
     cert = out.certificate.to_dict()
     new_tensors = {k: v for k, v in tensors.items() if not k.startswith("heads.")}
@@ -181,7 +216,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
     metrics = {f"retain_{k}": v for k, v in problem.utility(out.theta_published, Xr, Yr).items()}
     mia: dict[str, Any] = {}
     if len(val_rows) and len(forget_idx):
-        Xf, Yf = phi[forget_t], Y[forget_t]
+        Xf, Yf = phi[forget_t], job.Y[forget_t]
         theta_old = problem.from_tensors(tensors)
 
         def mia_at(theta):

@@ -4,6 +4,9 @@
   run_unlearning(ctx) forget records from a model version; registers the new version and a JSON report
   run_audit(ctx)      audit an unlearned version: empirical epsilon vs retraining, MIA AUC, utility gap
 Parameters are typed (params.py: TrainParams, UnlearnParams, AuditParams), parsed once here from ctx.params.
+The long part of each job is a Steps object (Training, ConvexUnlearning, ApproximateUnlearning, AuditRetraining)
+under services.common.jobcontext.run_steps, which owns resume, cancellation, checkpoints and progress; a step
+advances a descent by `checkpoint_every` iterations (certified.CertifiedRun).
 Branches: kind dpsgd_softmax trains and audit method hidden_state_canary audits in dpsgd_jobs.py; a moderation
 guard version (guard_heads.is_guard_config) is unlearned in guard_jobs.py. Every unlearning result carries its
 "guarantee" (certified (eps, delta) for a named mechanism, or audited_only).
@@ -36,7 +39,7 @@ from typing import Any
 import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.jobcontext import JobContext
+from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
 from services.common.state import dumps_state, loads_state
 from services.unlearning import approximate, audit, certified, guard_heads, robust
@@ -140,38 +143,11 @@ def _forget_ids(ctx: JobContext, p: UnlearnParams) -> list[str]:
     raise InvalidArgument("forget_record_ids", "name the records to forget (or forget_set_artifact_id)")
 
 
-def _checkpoint(ctx: JobContext, job: str) -> dict:
-    """This job's checkpoint, or a fresh one. A checkpoint written for other params (or another job kind)
-    is ignored, so a stale state can never be resumed into a different request."""
+def fingerprint(ctx: JobContext, job: str) -> str:
+    """What a checkpoint is valid for (run_steps' fingerprint): this job and these params. A state saved for other
+    params (or another job) is never resumed into this request."""
     key = hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
-    ck = ctx.load_checkpoint()
-    if isinstance(ck, dict) and ck.get("job") == job and ck.get("params_sha256") == key:
-        return ck
-    return {"job": job, "params_sha256": key}
-
-
-def _gd_callback(ctx: JobContext, ck: dict, phase: str, total_hint: int, base: float, span: float):
-    def cb(st: certified.GDState) -> None:
-        ck["phase"], ck["gd"] = phase, st.to_dict()
-        ctx.save_checkpoint(ck)
-        frac = base + span * min(0.99, st.step / max(total_hint, 1))
-        ctx.progress(frac, f"{phase}: step {st.step}", grad_norm=st.grad_norm, grad_evals=float(st.grad_evals))
-        ctx.check_cancelled()
-    return cb
-
-
-def _keep_noise(ctx: JobContext, ck: dict, out: certified.CertifiedOutput) -> None:
-    """Keep the secret noise draw in the private checkpoint before anything is published, so a job resumed
-    after a crash publishes the same single release (checkpoints are never served as artifacts)."""
-    if ck.get("unit_noise") is None:
-        ck["unit_noise"] = out.unit_noise
-        ctx.save_checkpoint(ck)
-
-
-def _resume_gd(ck: dict, phase: str) -> certified.GDState | None:
-    if ck.get("phase") == phase and ck.get("gd") is not None:
-        return certified.GDState.from_dict(ck["gd"])
-    return None
+    return f"{job}:{key}"
 
 
 def _write_state(ctx: JobContext, theta_start: torch.Tensor, theta_private: torch.Tensor) -> str:
@@ -205,6 +181,78 @@ def _num_classes(kind: str, num_classes: int, y: torch.Tensor) -> int:
 
 
 # ---- training --------------------------------------------------------------------------------------------
+class Training:
+    """unlearning.train of the linear kinds as Steps (run_steps owns resume, cancellation and progress): with a
+    deletion capacity, robust training first (`every` iterations a step), then the descent to radius r (`every`
+    iterations a step). The step that finishes the descent draws the secret noise: run_steps checkpoints the state
+    after it, so the draw is kept privately before anything is published and a resumed job publishes that one
+    release."""
+
+    def __init__(self, tp: TrainParams, problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, eps: float,
+                 delta: float, trim: int | None):
+        self.tp, self.problem, self.X, self.y, self.eps, self.delta, self.trim = tp, problem, X, y, eps, delta, trim
+        self.every = tp.checkpoint_every
+
+    def setup(self, ctx: JobContext) -> None:
+        self.robust_st: robust.RobustState | None = None
+        self.robust_chunks = 0
+        self.robust_done: dict | None = None
+        # hint: progress only, the number of descent steps is not known in advance
+        self.erm = certified.CertifiedRun(self.problem, self._erm_chunk, every=self.every, hint=1000,
+                                          radius=self.tp.r, epsilon=self.eps, delta=self.delta,
+                                          start="zero" if self.trim is None else "warm")
+
+    @property
+    def robust_phase(self) -> bool:
+        return self.trim is not None and self.robust_done is None
+
+    @property
+    def total(self) -> int:
+        if self.trim is None:
+            return self.erm.total
+        robust_total = self.robust_chunks if self.robust_done is not None else math.ceil(
+            self.tp.robust_max_steps / self.every)
+        return robust_total + self.erm.total
+
+    def message(self, done: int, total: int) -> str:
+        if self.robust_phase:
+            return f"robust: step {self.robust_st.step if self.robust_st else 0}"
+        return f"erm: step {self.erm.step}"
+
+    def theta0(self) -> torch.Tensor:
+        return self.problem.zeros() if self.trim is None else self.robust_done["theta"].to(DTYPE)
+
+    def _erm_chunk(self, state: certified.GDState | None, k: int) -> certified.GDResult:
+        return certified.gd_to_radius(self.problem, self.X, self.y, self.theta0(), self.tp.r,
+                                      max_steps=self.tp.max_steps, state=state, max_iters=k)
+
+    def step(self, i: int) -> dict[str, float]:
+        tp = self.tp
+        if self.robust_phase:
+            res = robust.robust_train(self.problem, self.X, self.y, trim=self.trim, seed=tp.seed,
+                                      max_steps=tp.robust_max_steps, noise_std=tp.robust_noise_std,
+                                      state=self.robust_st, max_iters=self.every)
+            self.robust_st, self.robust_chunks = res.state, self.robust_chunks + 1
+            if res.finished:
+                self.robust_done = {"theta": res.theta, "steps": res.steps, "grad_evals": res.grad_evals,
+                                    "direction_norm": res.direction_norm}
+            return {"direction_norm": res.direction_norm}
+        return self.erm.advance()
+
+    def state(self) -> dict[str, Any]:
+        return {"phase": "robust" if self.robust_phase else "erm",
+                "robust": None if self.robust_st is None else self.robust_st.to_dict(),
+                "robust_chunks": self.robust_chunks, "robust_done": self.robust_done, **self.erm.state()}
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.robust_st = None if st["robust"] is None else robust.RobustState.from_dict(st["robust"])
+        self.robust_chunks, self.robust_done = int(st["robust_chunks"]), st["robust_done"]
+        self.erm.load_state(st)
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        return {"out": self.erm.publish()}
+
+
 def run_training(ctx: JobContext) -> dict:
     """Train an L2 linear model to radius r and publish it through the Gaussian mechanism (so a trained
     model and a retrained one are outputs of the same procedure).
@@ -221,8 +269,7 @@ def run_training(ctx: JobContext) -> dict:
         return dpsgd_jobs.run_dpsgd_training(ctx, tp)
     kind = canonical_kind(tp.kind)
     mu = require_mu(tp)
-    r, (eps, delta), seed = tp.r, _privacy(tp.epsilon, tp.delta), tp.seed
-    max_steps, every, capacity = tp.max_steps, tp.checkpoint_every, tp.capacity
+    r, (eps, delta), capacity = tp.r, _privacy(tp.epsilon, tp.delta), tp.capacity
     ds_id = tp.dataset_artifact_id
     ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
     if len(ds) == 0:
@@ -230,49 +277,19 @@ def run_training(ctx: JobContext) -> dict:
     problem = LinearProblem(kind=kind, mu=mu, dim=ds.X.shape[1], num_outputs=_num_classes(kind, tp.num_classes, ds.y))
     X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
     name = tp.name
+    trim = robust.trim_count(len(ds), capacity, tp.trim_fraction) if capacity > 0 else None
 
-    ck = _checkpoint(ctx, "train")
     t0 = time.perf_counter()
-    ctx.check_cancelled()
-    robust_info = None
-    theta0 = problem.zeros()
-    robust_evals = 0
-    if capacity > 0:
-        trim = robust.trim_count(len(ds), capacity, tp.trim_fraction)
-        if "robust_done" not in ck:
-            rst = robust.RobustState.from_dict(ck["robust"]) if ck.get("phase") == "robust" else None
-
-            def rcb(st: robust.RobustState) -> None:
-                ck["phase"], ck["robust"] = "robust", st.to_dict()
-                ctx.save_checkpoint(ck)
-                ctx.progress(0.5 * min(0.99, st.step / tp.robust_max_steps), f"robust: step {st.step}",
-                             direction_norm=st.direction_norm)
-                ctx.check_cancelled()
-
-            rres = robust.robust_train(problem, X, y, trim=trim, seed=seed,
-                                       max_steps=tp.robust_max_steps, noise_std=tp.robust_noise_std,
-                                       state=rst, callback=rcb, callback_every=every)
-            ck["robust_done"] = {"theta": rres.theta, "steps": rres.steps, "grad_evals": rres.grad_evals,
-                                 "direction_norm": rres.direction_norm}
-            ck["phase"] = "erm"
-            ck.pop("robust", None)
-            ctx.save_checkpoint(ck)
-        done = ck["robust_done"]
-        theta0 = done["theta"].to(DTYPE)
+    job = Training(tp, problem, X, y, eps, delta, trim)
+    out = run_steps(ctx, job, message=job.message, fingerprint=fingerprint(ctx, "train"))["out"]
+    robust_info, robust_evals = None, 0
+    if trim is not None:
+        done = job.robust_done
         robust_evals = int(done["grad_evals"])
         robust_info = {"trim": trim, "capacity": capacity, "removed": 0, "steps": int(done["steps"]),
                        "grad_evals": robust_evals, "noise_std": tp.robust_noise_std}
-
-    hint = 1000  # progress display only: the step count is not known in advance
-    base = 0.5 if capacity > 0 else 0.0
-    out = certified.train_certified(problem, X, y, radius=r, epsilon=eps, delta=delta,
-                                    max_steps=max_steps, theta0=theta0 if capacity > 0 else None,
-                                    state=_resume_gd(ck, "erm"),
-                                    callback=_gd_callback(ctx, ck, "erm", hint, base, 1.0 - base),
-                                    callback_every=every, unit_noise=ck.get("unit_noise"))
-    _keep_noise(ctx, ck, out)
     # The warm start kept for later requests: the minimizer approximation, or the robust iterate.
-    theta_start = theta0 if capacity > 0 else out.theta_private
+    theta_start = job.theta0() if trim is not None else out.theta_private
     state_id = _write_state(ctx, theta_start, out.theta_private)
     cert = out.certificate.to_dict()
     metrics = {f"train_{k}": v for k, v in problem.utility(out.theta_published, X, y).items()}
@@ -346,7 +363,6 @@ def run_unlearning(ctx: JobContext) -> dict:
         from services.unlearning import guard_jobs
 
         return guard_jobs.run_guard_unlearning(ctx, p, tensors, config, forget_ids_of=_forget_ids,
-                                               checkpoint_of=_checkpoint, keep_noise=_keep_noise,
                                                write_state=_write_state, report_of=_report, guarantee_of=guarantee)
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
@@ -373,16 +389,13 @@ def run_unlearning(ctx: JobContext) -> dict:
     # everything this lineage no longer holds: earlier exclusions, records tombstoned since, this request
     new_excluded = list(dict.fromkeys(excluded + dropped + forget_ids))
     t0 = time.perf_counter()
-    ck = _checkpoint(ctx, "unlearn")
-    ctx.check_cancelled()
-
     if convex and method in CERTIFIED_METHODS + ("retrain",):
-        result = _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta,
-                                 heldout)
+        job: ConvexUnlearning | ApproximateUnlearning = ConvexUnlearning(
+            p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta, heldout)
     else:
-        result = _unlearn_approximate(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, seed,
-                                      heldout)
-    new_tensors, new_config, report, metrics = result
+        job = ApproximateUnlearning(p, method, config, tensors, ds, retain_mask, forget_mask, seed, heldout)
+    out = run_steps(ctx, job, message=job.message, progress_span=(0.0, 0.9), fingerprint=fingerprint(ctx, "unlearn"))
+    new_tensors, new_config, report, metrics = out["tensors"], out["config"], out["report"], out["metrics"]
     report["guarantee"] = guarantee(method, report)
     new_config["guarantee"] = report["guarantee"]
     new_config.update({"name": name, "excluded_record_ids": new_excluded, "dataset_artifact_id": ds_id,
@@ -403,125 +416,215 @@ def run_unlearning(ctx: JobContext) -> dict:
             "metrics": metrics, "guarantee": report["guarantee"]}
 
 
-def _unlearn_convex(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, eps, delta, heldout):
-    mu = p.mu if config.get("mu") is None else None
-    problem = problem_from_config(config, mu=mu, tensors=tensors)
-    r = p.r if p.r is not None else float(config.get("r", DEFAULTS["r"]))
-    max_steps, every = p.max_steps, p.checkpoint_every
-    X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
-    Xr, yr = X[retain_mask], y[retain_mask]
-    Xf, yf = X[forget_mask], y[forget_mask]
-    theta_old_pub = problem.from_tensors(tensors)
-    robust_cfg = config.get("robust")
-    n_forget = int(forget_mask.sum())
-    if method == "robust_certified":
-        if not robust_cfg:
-            raise FailedPrecondition("this model was not trained robustly: use method certified_noisy_minimizer, "
-                                     "or retrain with params.capacity > 0", reason="NOT_ROBUST")
-        if robust_cfg["removed"] + n_forget > robust_cfg["capacity"]:
-            raise FailedPrecondition(
-                f"robust deletion capacity exhausted ({robust_cfg['removed']} + {n_forget} > "
-                f"{robust_cfg['capacity']}): use certified_noisy_minimizer or retrain", reason="CAPACITY_EXHAUSTED")
+class ConvexUnlearning:
+    """Certified unlearning (or certified retraining) of a convex linear model as Steps: setup reads the warm start
+    and classifies the request (in-distribution or not: where the descent starts); then the descent on the retain
+    set to radius r, `every` iterations a step, the last of which draws the secret noise (kept in the checkpoint
+    before anything is published)."""
 
-    if "regime" not in ck:
-        theta_start, start_source = _read_state(ctx, config, problem, tensors)
-        reg = robust.classify_request(problem, Xr, yr, theta_start, radius=r)
-        ck.update({"regime": reg.to_dict(), "theta_start": theta_start, "start_source": start_source})
-        ctx.save_checkpoint(ck)
-    reg = ck["regime"]
-    theta_start = ck["theta_start"].to(DTYPE)
-    if method == "retrain":
-        start = "zero"
-    elif method == "certified_noisy_minimizer" and reg["regime"] == "out_of_distribution" \
-            and p.allow_retrain_fallback:
-        start = "zero"
-    else:
-        start = "warm"
-    hint = reg["predicted_steps_warm"] if start == "warm" else reg["predicted_steps_retrain"]
-    cb = _gd_callback(ctx, ck, "gd", hint, 0.0, 0.9)
-    gd_state = _resume_gd(ck, "gd")
-    if start == "warm":
-        out = certified.unlearn_certified(problem, Xr, yr, theta_start, radius=r, epsilon=eps, delta=delta,
-                                          max_steps=max_steps, state=gd_state, callback=cb,
-                                          callback_every=every, unit_noise=ck.get("unit_noise"))
-    else:
-        out = certified.retrain_certified(problem, Xr, yr, radius=r, epsilon=eps, delta=delta,
-                                          max_steps=max_steps, state=gd_state, callback=cb, callback_every=every,
-                                          unit_noise=ck.get("unit_noise"))
-    _keep_noise(ctx, ck, out)
-    # next request's warm start: the robust iterate is kept (capacity permitting), else the new minimizer
-    keep_robust = method == "robust_certified"
-    state_id = _write_state(ctx, theta_start if keep_robust else out.theta_private, out.theta_private)
-    cert = out.certificate.to_dict()
-    new_config = {k: v for k, v in config.items()}
-    new_config.update({"kind": config["kind"], "mu": problem.mu, "r": r, "epsilon": eps, "delta": delta,
-                       "sigma": out.certificate.sigma, "state_artifact_id": state_id, "certificate": cert,
-                       "num_classes": problem.num_outputs, "feature_dim": problem.dim})
-    if robust_cfg:
-        new_config["robust"] = dict(robust_cfg, removed=robust_cfg["removed"] + n_forget) if keep_robust else None
-    metrics = {f"retain_{k}": v for k, v in problem.utility(out.theta_published, Xr, yr).items()}
-    mia = {}
-    if heldout is not None:
-        Xh, yh = problem.check_data(heldout[0], heldout[1], "eval_dataset_artifact_id")
-        metrics.update({f"eval_{k}": v for k, v in problem.utility(out.theta_published, Xh, yh).items()})
+    def __init__(self, p: UnlearnParams, method: str, config: dict, tensors: dict, ds: Dataset,
+                 retain_mask: torch.Tensor, forget_mask: torch.Tensor, eps: float, delta: float, heldout):
+        mu = p.mu if config.get("mu") is None else None
+        self.problem = problem = problem_from_config(config, mu=mu, tensors=tensors)
+        self.p, self.method, self.config, self.tensors, self.eps, self.delta, self.heldout = (
+            p, method, config, tensors, eps, delta, heldout)
+        self.r = p.r if p.r is not None else float(config.get("r", DEFAULTS["r"]))
+        X, y = problem.check_data(ds.X, ds.y, "dataset_artifact_id")
+        self.Xr, self.yr = X[retain_mask], y[retain_mask]
+        self.Xf, self.yf = X[forget_mask], y[forget_mask]
+        self.robust_cfg = config.get("robust")
+        self.n_forget = int(forget_mask.sum())
+        if method == "robust_certified":
+            if not self.robust_cfg:
+                raise FailedPrecondition("this model was not trained robustly: use method certified_noisy_minimizer, "
+                                         "or retrain with params.capacity > 0", reason="NOT_ROBUST")
+            if self.robust_cfg["removed"] + self.n_forget > self.robust_cfg["capacity"]:
+                raise FailedPrecondition(
+                    f"robust deletion capacity exhausted ({self.robust_cfg['removed']} + {self.n_forget} > "
+                    f"{self.robust_cfg['capacity']}): use certified_noisy_minimizer or retrain",
+                    reason="CAPACITY_EXHAUSTED")
 
-        def loss_at(theta):
-            return lambda A, b: problem.per_example_loss(theta, A, b)
+    def setup(self, ctx: JobContext) -> None:
+        # cheap (two retain gradients) and deterministic: redone on a resume rather than checkpointed
+        self.theta_start, self.start_source = _read_state(ctx, self.config, self.problem, self.tensors)
+        self.reg = robust.classify_request(self.problem, self.Xr, self.yr, self.theta_start, radius=self.r).to_dict()
+        if self.method == "retrain":
+            self.start = "zero"
+        elif self.method == "certified_noisy_minimizer" and self.reg["regime"] == "out_of_distribution" \
+                and self.p.allow_retrain_fallback:
+            self.start = "zero"
+        else:
+            self.start = "warm"
+        hint = self.reg["predicted_steps_warm"] if self.start == "warm" else self.reg["predicted_steps_retrain"]
+        self.gd = certified.CertifiedRun(self.problem, self._chunk, every=self.p.checkpoint_every, hint=hint,
+                                         radius=self.r, epsilon=self.eps, delta=self.delta, start=self.start)
 
-        mia = {"before": _mia(loss_at(theta_old_pub), (Xf, yf), (Xh, yh)),
-               "after": _mia(loss_at(out.theta_published), (Xf, yf), (Xh, yh))}
-        metrics.update({f"mia_auc_{k}": v for k, v in mia.items() if v is not None})
-    report = {"certified": True, "certificate": cert, "regime": dict(reg, start=start,
-                                                                      start_source=ck["start_source"]),
-              "costs": {"grad_evals": out.certificate.grad_evals + reg["grad_evals"],
-                        "descent_grad_evals": out.certificate.grad_evals, "classification_grad_evals": reg["grad_evals"],
-                        "steps": out.certificate.steps},
-              "mia_auc": mia, "metrics": metrics}
-    return problem.to_tensors(out.theta_published), new_config, report, metrics
+    @property
+    def total(self) -> int:
+        return self.gd.total
+
+    def message(self, done: int, total: int) -> str:
+        return f"gd: step {self.gd.step}"
+
+    def _chunk(self, state: certified.GDState | None, k: int) -> certified.GDResult:
+        theta0 = self.theta_start if self.start == "warm" else self.problem.zeros()
+        return certified.gd_to_radius(self.problem, self.Xr, self.yr, theta0, self.r, max_steps=self.p.max_steps,
+                                      state=state, max_iters=k)
+
+    def step(self, i: int) -> dict[str, float]:
+        return self.gd.advance()
+
+    def state(self) -> dict[str, Any]:
+        return self.gd.state()
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.gd.load_state(st)
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        problem, config, r, reg = self.problem, self.config, self.r, self.reg
+        Xr, yr, Xf, yf = self.Xr, self.yr, self.Xf, self.yf
+        out = self.gd.publish()
+        # next request's warm start: the robust iterate is kept (capacity permitting), else the new minimizer
+        keep_robust = self.method == "robust_certified"
+        state_id = _write_state(ctx, self.theta_start if keep_robust else out.theta_private, out.theta_private)
+        cert = out.certificate.to_dict()
+        new_config = {k: v for k, v in config.items()}
+        new_config.update({"kind": config["kind"], "mu": problem.mu, "r": r, "epsilon": self.eps, "delta": self.delta,
+                           "sigma": out.certificate.sigma, "state_artifact_id": state_id, "certificate": cert,
+                           "num_classes": problem.num_outputs, "feature_dim": problem.dim})
+        if self.robust_cfg:
+            new_config["robust"] = (dict(self.robust_cfg, removed=self.robust_cfg["removed"] + self.n_forget)
+                                    if keep_robust else None)
+        metrics = {f"retain_{k}": v for k, v in problem.utility(out.theta_published, Xr, yr).items()}
+        mia = {}
+        if self.heldout is not None:
+            Xh, yh = problem.check_data(self.heldout[0], self.heldout[1], "eval_dataset_artifact_id")
+            metrics.update({f"eval_{k}": v for k, v in problem.utility(out.theta_published, Xh, yh).items()})
+
+            def loss_at(theta):
+                return lambda A, b: problem.per_example_loss(theta, A, b)
+
+            mia = {"before": _mia(loss_at(problem.from_tensors(self.tensors)), (Xf, yf), (Xh, yh)),
+                   "after": _mia(loss_at(out.theta_published), (Xf, yf), (Xh, yh))}
+            metrics.update({f"mia_auc_{k}": v for k, v in mia.items() if v is not None})
+        report = {"certified": True, "certificate": cert,
+                  "regime": dict(reg, start=self.start, start_source=self.start_source),
+                  "costs": {"grad_evals": out.certificate.grad_evals + reg["grad_evals"],
+                            "descent_grad_evals": out.certificate.grad_evals,
+                            "classification_grad_evals": reg["grad_evals"], "steps": out.certificate.steps},
+                  "mia_auc": mia, "metrics": metrics}
+        return {"tensors": problem.to_tensors(out.theta_published), "config": new_config, "report": report,
+                "metrics": metrics}
 
 
-def _unlearn_approximate(ctx, ck, p, method, config, tensors, ds, retain_mask, forget_mask, seed, heldout):
-    module, loss_fn = approximate.build_module(tensors, config)
-    X = ds.X.to(next(module.parameters()).dtype)
-    y = ds.y
-    Xr, yr, Xf, yf = X[retain_mask], y[retain_mask], X[forget_mask], y[forget_mask]
-    mia_before = None
-    if heldout is not None:
-        Xh = heldout[0].to(X.dtype)
-        mia_before = _mia(approximate.per_example_loss_fn(module, loss_fn), (Xf, yf), (Xh, heldout[1]))
-    steps, lr, bs, every = p.steps, p.lr, p.batch_size, p.checkpoint_every
-    noise_std = p.noise_std if p.noise_std is not None else (1e-3 if method == "noisy_finetune" else 0.0)
-    state = approximate.SGDState.from_dict(ck["sgd"]) if ck.get("phase") == "sgd" else None
+class ApproximateUnlearning:
+    """An uncertified method (approximate.METHODS) as Steps: `every` SGD steps a step, the parameters and the
+    generator's state in every checkpoint, so a resumed run replays exactly."""
 
-    def cb(st: approximate.SGDState) -> None:
-        ck["phase"], ck["sgd"] = "sgd", st.to_dict()
-        ctx.save_checkpoint(ck)
-        ctx.progress(0.9 * min(0.99, st.step / steps), f"{method}: step {st.step}", grad_evals=float(st.grad_evals))
-        ctx.check_cancelled()
+    def __init__(self, p: UnlearnParams, method: str, config: dict, tensors: dict, ds: Dataset,
+                 retain_mask: torch.Tensor, forget_mask: torch.Tensor, seed: int, heldout):
+        self.p, self.method, self.config, self.tensors, self.ds, self.seed, self.heldout = (
+            p, method, config, tensors, ds, seed, heldout)
+        self.retain_mask, self.forget_mask = retain_mask, forget_mask
+        self.noise_std = p.noise_std if p.noise_std is not None else (1e-3 if method == "noisy_finetune" else 0.0)
+        self.total = math.ceil(p.steps / p.checkpoint_every)
 
-    res = approximate.unlearn_approximate(method, module, loss_fn, retain=(Xr, yr), forget=(Xf, yf), steps=steps,
-                                          lr=lr, batch_size=bs, seed=seed, noise_std=noise_std, state=state,
-                                          callback=cb, callback_every=every)
-    metrics: dict[str, float] = {"final_loss": res.final_loss}
-    mia = {}
-    if heldout is not None:
-        Xh = heldout[0].to(X.dtype)
-        if config.get("num_classes") or getattr(module, "kind", "") in ("logreg_l2", "softmax_l2"):
-            metrics["eval_accuracy"] = approximate.accuracy(module, Xh, heldout[1])
-        mia = {"before": mia_before, "after": _mia(approximate.per_example_loss_fn(module, loss_fn), (Xf, yf),
-                                                    (Xh, heldout[1]))}
-        metrics.update({f"mia_auc_{k}": v for k, v in mia.items() if v is not None})
-    new_config = {k: v for k, v in config.items()}
-    if is_convex_kind(str(config.get("kind", ""))):
-        # the weights no longer carry a certificate nor a matching private state
-        new_config.update({"certificate": None, "state_artifact_id": None, "robust": None})
-    report = {"certified": False, "approximate": res.to_dict(), "certificate": None,
-              "costs": {"grad_evals": res.grad_evals, "steps": res.steps}, "mia_auc": mia, "metrics": metrics,
-              "hyperparameters": {"steps": steps, "lr": lr, "batch_size": bs, "noise_std": noise_std}}
-    return approximate.module_tensors(module), new_config, report, metrics
+    def setup(self, ctx: JobContext) -> None:
+        self.module, self.loss_fn = approximate.build_module(self.tensors, self.config)
+        X = self.ds.X.to(next(self.module.parameters()).dtype)
+        y = self.ds.y
+        self.Xr, self.yr = X[self.retain_mask], y[self.retain_mask]
+        self.Xf, self.yf = X[self.forget_mask], y[self.forget_mask]
+        self.mia_before = None
+        if self.heldout is not None:
+            Xh = self.heldout[0].to(X.dtype)
+            self.mia_before = _mia(approximate.per_example_loss_fn(self.module, self.loss_fn), (self.Xf, self.yf),
+                                   (Xh, self.heldout[1]))
+        self.sgd: approximate.SGDState | None = None
+
+    def message(self, done: int, total: int) -> str:
+        return f"{self.method}: step {0 if self.sgd is None else self.sgd.step}"
+
+    def step(self, i: int) -> dict[str, float]:
+        p = self.p
+        self.sgd = approximate.run_method(self.method, self.module, self.loss_fn, retain=(self.Xr, self.yr),
+                                          forget=(self.Xf, self.yf), steps=p.steps, lr=p.lr, batch_size=p.batch_size,
+                                          seed=self.seed, noise_std=self.noise_std, state=self.sgd,
+                                          max_iters=p.checkpoint_every)
+        return {"grad_evals": float(self.sgd.grad_evals)}
+
+    def state(self) -> dict[str, Any]:
+        return {"sgd": self.sgd.to_dict()}
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.sgd = approximate.SGDState.from_dict(st["sgd"])
+        self.module.load_state_dict(self.sgd.params)  # a job killed after its last step publishes these
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        p, config, module, loss_fn = self.p, self.config, self.module, self.loss_fn
+        Xf, yf = self.Xf, self.yf
+        res = approximate.approx_result(self.method, self.sgd)
+        metrics: dict[str, float] = {"final_loss": res.final_loss}
+        mia = {}
+        if self.heldout is not None:
+            Xh = self.heldout[0].to(self.Xr.dtype)
+            if config.get("num_classes") or getattr(module, "kind", "") in ("logreg_l2", "softmax_l2"):
+                metrics["eval_accuracy"] = approximate.accuracy(module, Xh, self.heldout[1])
+            mia = {"before": self.mia_before, "after": _mia(approximate.per_example_loss_fn(module, loss_fn),
+                                                            (Xf, yf), (Xh, self.heldout[1]))}
+            metrics.update({f"mia_auc_{k}": v for k, v in mia.items() if v is not None})
+        new_config = {k: v for k, v in config.items()}
+        if is_convex_kind(str(config.get("kind", ""))):
+            # the weights no longer carry a certificate nor a matching private state
+            new_config.update({"certificate": None, "state_artifact_id": None, "robust": None})
+        report = {"certified": False, "approximate": res.to_dict(), "certificate": None,
+                  "costs": {"grad_evals": res.grad_evals, "steps": res.steps}, "mia_auc": mia, "metrics": metrics,
+                  "hyperparameters": {"steps": p.steps, "lr": p.lr, "batch_size": p.batch_size,
+                                      "noise_std": self.noise_std}}
+        return {"tensors": approximate.module_tensors(module), "config": new_config, "report": report,
+                "metrics": metrics}
 
 
 # ---- audit -----------------------------------------------------------------------------------------------
+class AuditRetraining:
+    """The audit's reference as Steps: the same certified procedure run on the retain set from scratch, `every`
+    descent iterations a step; its noise draw is kept in the checkpoint like a release's."""
+
+    def __init__(self, problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, r: float, eps: float, delta: float,
+                 max_steps: int, every: int):
+        self.problem, self.X, self.y, self.r, self.eps, self.delta, self.max_steps, self.every = (
+            problem, X, y, r, eps, delta, max_steps, every)
+        certified.validate_privacy(eps, delta)
+
+    def setup(self, ctx: JobContext) -> None:
+        self.X, self.y = self.problem.check_data(self.X, self.y)
+        self.gd = certified.CertifiedRun(self.problem, self._chunk, every=self.every, hint=1000,  # progress only
+                                         radius=self.r, epsilon=self.eps, delta=self.delta, start="zero")
+
+    @property
+    def total(self) -> int:
+        return self.gd.total
+
+    def message(self, done: int, total: int) -> str:
+        return f"retrain: step {self.gd.step}"
+
+    def _chunk(self, state: certified.GDState | None, k: int) -> certified.GDResult:
+        return certified.gd_to_radius(self.problem, self.X, self.y, self.problem.zeros(), self.r,
+                                      max_steps=self.max_steps, state=state, max_iters=k)
+
+    def step(self, i: int) -> dict[str, float]:
+        return self.gd.advance()
+
+    def state(self) -> dict[str, Any]:
+        return self.gd.state()
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.gd.load_state(st)
+
+    def result(self, ctx: JobContext) -> dict[str, Any]:
+        return {"out": self.gd.publish()}
+
+
 def run_audit(ctx: JobContext) -> dict:
     """Audit an unlearned (certified, linear) model version against retraining from scratch.
 
@@ -559,13 +662,9 @@ def run_audit(ctx: JobContext) -> dict:
     _, forget_mask = ds.split([r for r in excluded if r in ds.index], field_name="excluded_record_ids")
     retain_mask = ~forget_mask
     theta_u = loads_state(ctx.read_artifact(config["state_artifact_id"]))["theta_private"].to(DTYPE)
-    ck = _checkpoint(ctx, "audit")
-    ctx.check_cancelled()
-    every = p.checkpoint_every
-    ref = certified.retrain_certified(problem, X[retain_mask], y[retain_mask], radius=r, epsilon=eps, delta=delta,
-                                      max_steps=p.max_steps,
-                                      state=_resume_gd(ck, "retrain"),
-                                      callback=_gd_callback(ctx, ck, "retrain", 1000, 0.0, 0.8), callback_every=every)
+    job = AuditRetraining(problem, X[retain_mask], y[retain_mask], r, eps, delta, p.max_steps, p.checkpoint_every)
+    ref = run_steps(ctx, job, message=job.message, progress_span=(0.0, 0.8),
+                    fingerprint=fingerprint(ctx, "audit"))["out"]
     eps_audit = audit.audit_gaussian_outputs(theta_u, ref.theta_private, sigma, runs=runs, delta=delta, seed=seed,
                                              alpha=alpha, claimed_epsilon=eps)
     theta_pub = problem.from_tensors(tensors)

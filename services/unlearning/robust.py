@@ -19,8 +19,7 @@ from that warm start, plus the Gaussian mechanism. The certificate is therefore 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Callable
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -85,16 +84,22 @@ class RobustResult:
     trim: int
     step_size: float
     noise_std: float
+    finished: bool = True          # False: paused after `max_iters` iterations; resume from `state`
+    state: RobustState | None = field(default=None, repr=False)
 
 
 def robust_train(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, *, trim: int, seed: int,
                  max_steps: int = 2000, tol: float | None = None, noise_std: float = 0.0,
                  theta0: torch.Tensor | None = None, state: RobustState | None = None,
-                 callback: Callable[[RobustState], None] | None = None, callback_every: int = 50) -> RobustResult:
+                 max_iters: int | None = None) -> RobustResult:
     """Robust noisy gradient descent with a coordinate-wise trimmed-mean aggregate. Stops when the update
     direction's norm is <= tol (default mu * 1e-3) or after max_steps; with noise_std > 0 the noise floor
     usually keeps the norm above tol, so it runs the fixed max_steps iterations (as the paper's T). Each step costs len(X) per-example
-    gradient evaluations (the sort is not a gradient evaluation)."""
+    gradient evaluations (the sort is not a gradient evaluation).
+
+    Resumable in chunks: with `max_iters` it pauses after that many more iterations and returns finished=False;
+    `state` (advanced in place, also returned as result.state, with the noise generator's state) continues it
+    exactly as an uninterrupted run."""
     X, y = problem.check_data(X, y)
     L = problem.smoothness(X)
     eta = 1.0 / L
@@ -105,23 +110,25 @@ def robust_train(problem: LinearProblem, X: torch.Tensor, y: torch.Tensor, *, tr
     if st.rng_state is not None:
         g.set_state(st.rng_state)
     n = X.shape[0]
-    while st.step < max_steps:
+    stop = max_steps if max_iters is None else min(max_steps, st.step + max_iters)
+    converged = False
+    while st.step < stop:
         d = trimmed_mean(problem.per_example_grads(st.theta, X, y), trim) + problem.mu * st.theta
         st.grad_evals += n
         st.direction_norm = float(d.norm())
         if not math.isfinite(st.direction_norm):
             raise FailedPrecondition("robust gradient descent diverged (non-finite update)")
         if st.direction_norm <= tol:
+            converged = True
             break
         st.theta = st.theta - eta * d
         if noise_std > 0:
             st.theta = st.theta + eta * noise_std * torch.randn(st.theta.shape[0], generator=g, dtype=DTYPE)
         st.step += 1
         st.rng_state = g.get_state()
-        if callback is not None and st.step % callback_every == 0:
-            callback(st)
     return RobustResult(theta=st.theta, steps=st.step, grad_evals=st.grad_evals, direction_norm=st.direction_norm,
-                        trim=trim, step_size=eta, noise_std=noise_std)
+                        trim=trim, step_size=eta, noise_std=noise_std, finished=converged or st.step >= max_steps,
+                        state=st)
 
 
 @dataclass

@@ -53,12 +53,12 @@ def test_sgd_resume_is_exact():
     a = approximate.MLPClassifier(10, [32], 3)
     a.load_state_dict(model.state_dict())
     approximate.sgd(a, loss, X, y, steps=40, lr=0.1, batch_size=16, seed=3, noise_std=1e-3)
-    saved = []
     b = approximate.MLPClassifier(10, [32], 3)
     b.load_state_dict(model.state_dict())
-    approximate.sgd(b, loss, X, y, steps=20, lr=0.1, batch_size=16, seed=3, noise_std=1e-3,
-                    callback=saved.append, callback_every=20)
+    saved = approximate.sgd(b, loss, X, y, steps=40, lr=0.1, batch_size=16, seed=3, noise_std=1e-3, max_iters=20)
+    assert saved.step == 20 and saved.grad_evals == 20 * 16
     c = approximate.MLPClassifier(10, [32], 3)  # a fresh process: state comes from the checkpoint only
-    approximate.sgd(c, loss, X, y, steps=40, lr=0.1, batch_size=16, seed=3, noise_std=1e-3, state=saved[-1])
+    approximate.sgd(c, loss, X, y, steps=40, lr=0.1, batch_size=16, seed=3, noise_std=1e-3,
+                    state=approximate.SGDState.from_dict(saved.to_dict()))
     for pa, pc in zip(a.parameters(), c.parameters(), strict=True):
         torch.testing.assert_close(pa, pc)

@@ -163,3 +163,25 @@ def test_gradient_matches_autograd():
         (auto,) = torch.autograd.grad(obj, th)
         torch.testing.assert_close(p.gradient(th.detach(), X, y), auto)
         torch.testing.assert_close(p.per_example_grads(th.detach(), X, y).mean(0) + p.mu * th.detach(), auto)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_descent_in_chunks_is_the_uninterrupted_descent(seed):
+    """Pausing between iterations (a job step each) changes nothing the certificate reports: same iterate, same
+    iterations, same gradient evaluations, including a pause right at max_steps."""
+    (X, y), _ = blob_split(400, 10, 2, seed=seed)
+    p = LinearProblem("logreg_l2", 0.01, 10, 1)
+    y = y.double()
+    for max_steps in (100_000, 40):
+        whole = certified.gd_to_radius(p, X, y, p.zeros(), R, max_steps=max_steps)
+        st, chunks = None, 0
+        while True:
+            res = certified.gd_to_radius(p, X, y, p.zeros(), R, max_steps=max_steps, state=st, max_iters=8)
+            st, chunks = certified.GDState.from_dict(res.state.to_dict()), chunks + 1  # as through a checkpoint
+            if res.finished:
+                break
+            assert not res.converged and res.steps == 8 * chunks
+        assert chunks > 2
+        assert torch.equal(res.theta, whole.theta)
+        assert (res.steps, res.grad_evals, res.converged) == (whole.steps, whole.grad_evals, whole.converged)
+        assert res.grad_evals == (whole.steps + 1) * X.shape[0]

@@ -134,7 +134,7 @@ def test_killed_training_resumes_from_its_checkpoint():
     with pytest.raises(Cancelled):
         jobs.run_training(ctx)
     ck = ctx.load_checkpoint()
-    assert ck["dpsgd"]["step"] == 5
+    assert ck["state"]["dpsgd"]["step"] == 5
     ctx.cancel_after_progress = None
     out = jobs.run_training(ctx)
     assert len(ctx.models) == 1 and out["costs"]["steps"] == 20

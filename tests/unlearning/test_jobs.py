@@ -1,5 +1,6 @@
 """The jobs end to end on InMemoryJobContext: train -> unlearn -> audit; resume; bad input."""
 import json
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -147,7 +148,7 @@ def test_killed_unlearning_job_resumes_to_the_same_result(trained):
     with pytest.raises(Cancelled):
         jobs.run_unlearning(ctx)
     assert ctx.checkpoints_saved >= 3 and len(ctx.models) == len(ctx0.models)
-    assert loads_state(ctx.checkpoint)["gd"]["step"] == 30
+    assert loads_state(ctx.checkpoint)["state"]["descent"]["gd"]["step"] == 30
     ctx.cancel_after_progress = None
     res = jobs.run_unlearning(ctx)
     # the same descent; the published noise is a fresh secret draw of each (uninterrupted) job
@@ -179,7 +180,7 @@ def test_a_job_killed_after_drawing_its_noise_publishes_that_draw_once(trained, 
                            tombstones={k: set(v) for k, v in ctx0.tombstones.items()})
     with pytest.raises(SystemExit):
         run(ctx)
-    kept = loads_state(ctx.checkpoint)["unit_noise"]
+    kept = loads_state(ctx.checkpoint)["state"]["unit_noise"]
     n_models = len(ctx.models)
     res = run(ctx)
     assert len(ctx.models) == n_models + 1  # one release
@@ -187,6 +188,45 @@ def test_a_job_killed_after_drawing_its_noise_publishes_that_draw_once(trained, 
     theta = torch.cat([published["W"].reshape(-1), published["b"].reshape(-1)]).double()
     sigma = res["certificate"]["sigma"]
     torch.testing.assert_close(theta, (_private(ctx, res) + sigma * kept).to(theta.dtype))
+
+
+@dataclass
+class _CancelledAtCheck(InMemoryJobContext):
+    """Cancelled at its (checks + 1)-th check_cancelled call: run_steps checks before every step, so the job stops
+    after `checks` steps, with the checkpoint of the last one saved."""
+    checks: int = 0
+
+    def check_cancelled(self):
+        self.checks -= 1
+        if self.checks < 0:
+            raise Cancelled("job cancelled")
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_training_interrupted_after_a_chunk_resumes_to_the_uninterrupted_descent(chunks):
+    ctx0, ds, ev, ids = ctx_with_data()
+    params = dict(TRAIN, dataset_artifact_id=ds, checkpoint_every=5)
+    full = InMemoryJobContext(params=params, artifacts=dict(ctx0.artifacts))
+    ref = jobs.run_training(full)
+    assert ref["certificate"]["steps"] > 5 * (chunks + 1)  # the descent takes more chunks than the kill point
+    # chunks cost nothing extra: one full gradient per iteration plus the final stopping test
+    assert ref["costs"]["grad_evals"] == (ref["certificate"]["steps"] + 1) * len(ids)
+    killed = _CancelledAtCheck(params=params, artifacts=dict(ctx0.artifacts), checks=chunks)
+    with pytest.raises(Cancelled):
+        jobs.run_training(killed)
+    saved = loads_state(killed.checkpoint)
+    assert saved["done"] == chunks and saved["state"]["descent"]["gd"]["step"] == 5 * chunks
+    assert saved["state"]["unit_noise"] is None and not killed.models
+    # a fresh worker: only the saved checkpoint carries over
+    resumed = InMemoryJobContext(params=params, artifacts=dict(ctx0.artifacts), checkpoint=killed.checkpoint)
+    res = jobs.run_training(resumed)
+    assert torch.equal(_private(resumed, res), _private(full, ref))  # the same theta before noise
+    assert res["costs"]["grad_evals"] == ref["costs"]["grad_evals"]
+    assert res["certificate"] == ref["certificate"]
+    # it resumed (did not start over): only the remaining chunks ran
+    steps_of = lambda c: [m for _, m, _ in c.events if m.startswith("erm: step")]  # noqa: E731
+    assert len(steps_of(resumed)) == len(steps_of(full)) - chunks
+    assert steps_of(resumed)[0] == f"erm: step {5 * (chunks + 1)}"
 
 
 def test_two_trainings_with_identical_inputs_publish_different_weights():
@@ -210,7 +250,7 @@ def test_killed_training_job_resumes_robust_and_erm_phases():
         ctx = InMemoryJobContext(params=params, artifacts=dict(ctx0.artifacts), cancel_after_progress=kill_at)
         with pytest.raises(Cancelled):
             jobs.run_training(ctx)
-        assert loads_state(ctx.checkpoint)["phase"] == phase
+        assert loads_state(ctx.checkpoint)["state"]["phase"] == phase
         ctx.cancel_after_progress = None
         res = jobs.run_training(ctx)
         torch.testing.assert_close(_private(ctx, res), _private(full, ref))
