@@ -1,6 +1,10 @@
 """GameOpt against its baselines on Ehrlich functions, in one harness (services.design.gameopt.optimizer.run_loop):
 median and quartiles of the best value after 20, 50 and 120 evaluations over seeds, and the wall time per
-suggestion batch. Every method starts from the same random initial sequences of the same seeded function.
+suggestion batch. Every method starts from the same initial sequences of the same seeded function: n_init samples
+of the Ehrlich function's discrete Markov process (`Ehrlich.initial_solution`, as holo-bench's `initial_solution`
+does), so they are feasible; uniform sequences of length 32 over 20 letters are almost all infeasible (value 0). The
+Ehrlich functions follow the paper and holo-bench's construction (see services/design/gameopt/oracles.py for where
+they differ: 0 instead of -inf for infeasible sequences, numpy draws).
 
     .venv/bin/python benchmarks/design/gameopt.py                      # the issue's sizes: 10 seeds, up to 120 evals
     .venv/bin/python benchmarks/design/gameopt.py --seeds 3 --budget 50 --sizes 20x12x2x4 --rounds 100

@@ -87,12 +87,19 @@ def _error(call, req, token):
 def test_generate_in_the_requested_group_and_read_the_set(env, settings):
     resp = env.stub.StartCrystalGenerationJob(pb.StartCrystalGenerationJobRequest(
         model=common_pb2.ModelRef(name=env.name), space_group=225, num_samples=4, batch_size=2,
-        atom_count_range=pb.AtomCountRange(min=1, max=24), seed=1), metadata=auth(env.token))
+        atom_count_range=pb.AtomCountRange(min=1, max=24), seed=1, sampling_steps=10, max_retries=2),
+        metadata=auth(env.token))
     assert resp.job.kind == "design.crystals.generate"
     row = _wait(settings, resp.job.id)
+    assert row["params"]["sampling_steps"] == 10 and row["params"]["max_retries"] == 2  # mapped to the job
+    assert row["result"]["summary"]["sampling_steps"] == 10  # and used: 10 of the model's T=30 timesteps
     cs = env.stub.GetCrystalSet(pb.GetCrystalSetRequest(job_id=resp.job.id), metadata=auth(env.token)).crystal_set
     assert len(cs.rows) == 4 and cs.summary.n_requested == 4 and cs.summary.method == "symmcd"
     assert all(r.requested_space_group == 225 and r.invariant and 1 <= r.n_atoms <= 24 for r in cs.rows)
+    assert all(1 <= r.draws <= 3 for r in cs.rows)  # the re-draw record reaches the API
+    assert cs.summary.extra_draws == sum(r.draws - 1 for r in cs.rows)
+    assert cs.summary.first_draw_space_group_match_rate == pytest.approx(
+        sum(r.first_draw_space_group_match for r in cs.rows) / 4)
     # the CIFs are this job's artifacts, committed with it
     with db.connect(settings) as conn:
         arts = conn.execute("SELECT id, content_type FROM artifacts WHERE producing_job_id = %s",
@@ -135,6 +142,10 @@ def test_uploaded_cifs_import_and_a_malformed_file_is_named(env, settings):
     ({"num_samples": 0}, "num_samples"),
     ({"atom_count_range": pb.AtomCountRange(min=5, max=2)}, "atom_count_range.max"),
     ({"method": pb.CRYSTAL_GENERATION_METHOD_PYXTAL_RANDOM}, "reference_dataset_artifact_id"),
+    ({"sampling_steps": 2001}, "sampling_steps"),
+    ({"sampling_steps": -1}, "sampling_steps"),
+    ({"sampling_steps": 31}, "sampling_steps"),  # more than the model's T = 30
+    ({"max_retries": 11}, "max_retries"),
 ])
 def test_bad_generation_requests_name_the_field(env, fields, field):
     req = dict({"model": common_pb2.ModelRef(name=env.name), "num_samples": 2}, **fields)

@@ -328,3 +328,88 @@ def test_cli_commands_and_demo_step(env, capsys, tmp_path):
         target.close()
     out = capsys.readouterr().out
     assert "oracle campaign" in out and "after round 3" in out and "best so far" in out
+
+
+def test_report_reuses_its_plot_artifact_until_the_campaign_changes(env):
+    camp = _create(env)
+    seqs = ["ACDEFG", "CCDEFG", "ACDEFA"]
+    env.stub.Observe(pb.ObserveRequest(campaign_id=camp.id, observations=[
+        pb.Observation(sequence=s, value=_score(s)) for s in seqs[:2]]), metadata=_md(env))
+    report = lambda: env.stub.GetCampaignReport(pb.GetCampaignReportRequest(campaign_id=camp.id),  # noqa: E731
+                                                metadata=_md(env))
+    first, second = report(), report()
+    assert first.plot.id == second.plot.id and first.plot_png == second.plot_png  # a read writes nothing new
+    assert first.plot.size_bytes == len(first.plot_png)
+    env.stub.Observe(pb.ObserveRequest(campaign_id=camp.id, observations=[
+        pb.Observation(sequence=seqs[2], value=_score(seqs[2]))]), metadata=_md(env))
+    third, fourth = report(), report()
+    assert third.plot.id != first.plot.id and third.rows[-1].cumulative == 3  # a new observation: a new plot
+    assert fourth.plot.id == third.plot.id and fourth.plot_png == third.plot_png
+    with db.connect(env.settings) as conn:
+        n = conn.execute("SELECT count(*) AS n FROM artifacts WHERE name = %s",
+                         (f"campaign-{camp.id}-best-so-far.png",)).fetchone()["n"]
+    assert n == 2
+
+
+def _lock_waiters(settings) -> int:
+    with db.connect(settings) as conn:
+        return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND wait_event_type = 'Lock'").fetchone()["n"]
+
+
+@pytest.mark.parametrize("lab_value", [0.5, 0.7])
+def test_observe_racing_the_oracle_trigger_records_one_row(env, lab_value):
+    """The oracle trigger of a finishing suggestion job inserts (sequence, replicate 0) in the worker's transaction
+    while Observe records the same pair: Observe waits, then reports a duplicate (same value) or an
+    OBSERVATION_CONFLICT naming the observation (another value), never an internal unique-key error; one row."""
+    import threading
+
+    from psycopg.types.json import Jsonb
+
+    camp = _create(env)
+    seq, other = "ACDEFG", "GFEDCA"
+    with db.connect(env.settings) as conn:
+        tenant = conn.execute("SELECT tenant_id FROM design_campaigns WHERE id = %s", (camp.id,)).fetchone()[
+            "tenant_id"]
+        # a suggestion job about to succeed, its result holding the oracle's score of `seq` (leased for an hour, so
+        # the test's worker leaves it alone)
+        job = conn.execute(
+            "INSERT INTO jobs (tenant_id, kind, queue, state, result, lease_expires_at) VALUES "
+            "(%s, 'design.gameopt.suggest', 'none', 'RUNNING', %s, now() + interval '1 hour') RETURNING id",
+            (tenant, Jsonb({"oracle_observations": [{"sequence": seq, "value": 0.5}]}))).fetchone()["id"]
+        conn.execute("INSERT INTO design_suggestion_jobs (job_id, campaign_id, round, observations) "
+                     "VALUES (%s, %s, 1, 0)", (job, camp.id))
+    waiting_before = _lock_waiters(env.settings)
+    worker_tx = db.connect(env.settings)
+    try:
+        worker_tx.execute("UPDATE jobs SET state = 'SUCCEEDED' WHERE id = %s", (job,))  # the trigger inserts
+        got: dict = {}
+
+        def observe():
+            try:
+                got["r"] = env.stub.Observe(pb.ObserveRequest(campaign_id=camp.id, observations=[
+                    pb.Observation(sequence=other, value=1.0), pb.Observation(sequence=seq, value=lab_value)]),
+                    metadata=_md(env))
+            except grpc.RpcError as exc:
+                got["err"] = exc
+
+        t = threading.Thread(target=observe)
+        t.start()
+        wait_for(lambda: _lock_waiters(env.settings) > waiting_before, 30, interval=0.05, what="Observe waiting")
+        worker_tx.commit()
+        t.join(30)
+    finally:
+        worker_tx.close()
+    if lab_value == 0.5:
+        assert "err" not in got, got.get("err")
+        assert (got["r"].inserted, got["r"].duplicates, got["r"].observation_count) == (1, 1, 2)
+    else:
+        code, info, bad, _ = rpc_error_details(got["err"])
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and bad.field_violations[0].field == "observations[1].value"
+        assert info.reason == "OBSERVATION_CONFLICT"
+    with db.connect(env.settings) as conn:
+        rows = conn.execute("SELECT sequence, value, source_job_id FROM design_observations WHERE campaign_id = %s "
+                            "ORDER BY sequence", (camp.id,)).fetchall()
+    assert [(r["sequence"], r["value"]) for r in rows if r["sequence"] == seq] == [(seq, 0.5)]
+    assert rows[[r["sequence"] for r in rows].index(seq)]["source_job_id"] == job
+    assert len(rows) == (2 if lab_value == 0.5 else 1)

@@ -94,6 +94,14 @@ def generation_params(request: pb.StartCrystalGenerationJobRequest) -> dict[str,
         if not 1 <= request.batch_size <= 256:
             raise InvalidArgument("batch_size", "must be in 1..256")
         params["batch_size"] = request.batch_size
+    if request.sampling_steps:
+        if not 1 <= request.sampling_steps <= 2000:
+            raise InvalidArgument("sampling_steps", "must be in 1..2000 (at most the model's T), or 0 for all T")
+        params["sampling_steps"] = request.sampling_steps
+    if request.HasField("max_retries"):
+        if not 0 <= request.max_retries <= 10:
+            raise InvalidArgument("max_retries", "must be in 0..10")
+        params["max_retries"] = request.max_retries
     if request.reference_dataset_artifact_id:
         params["reference_dataset_artifact_id"] = parse_uuid(request.reference_dataset_artifact_id,
                                                              "reference_dataset_artifact_id")
@@ -163,6 +171,10 @@ class CrystalServicer(crystals_pb2_grpc.CrystalServiceServicer):
                 row = self.app.registry.resolve(tenant, m.name, m.version, m.alias, "model")
                 if (row.get("config") or {}).get("format") != MODEL_FORMAT:
                     raise InvalidArgument("model", f"model {m.name!r} is not a SymmCD model")
+                T = int(((row.get("config") or {}).get("model") or {}).get("timesteps") or 0)
+                if T and params.get("sampling_steps", 0) > T:
+                    raise InvalidArgument("sampling_steps", f"model {m.name!r} has T={T} timesteps: give 1..{T} "
+                                          "(or 0 for all of them)")
                 params["model_version_id"] = str(row["id"])
             if params.get("reference_dataset_artifact_id"):
                 self._dataset(tenant, params["reference_dataset_artifact_id"], "reference_dataset_artifact_id")

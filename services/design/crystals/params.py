@@ -67,6 +67,9 @@ class GenerateParams(JobParams):
     # diffusion timesteps visited while sampling: 0 = all T of the model; 1..T = that many, evenly strided
     # (SymmCD.sample); more than the model's T is an error (checked by the job, which knows T)
     sampling_steps: int = Field(0, ge=0, le=2000)
+    # SymmCD crystals failing the acceptance check (spglib finds exactly the requested group, every distance > 0.5 A)
+    # are re-drawn at most this many times (generate.sample_symmcd); 0 = the paper's single draw
+    max_retries: int = Field(5, ge=0, le=10)
 
     @field_validator("space_groups")
     @classmethod

@@ -81,6 +81,10 @@ class GameResult:
     equilibrium: np.ndarray  # the solver's final point (pure Nash for best response; the weights' mode for Hedge)
     rounds: int
     regret: list[float] = field(default_factory=list)
+    # Hedge only: every round's joint play (rounds, L), whose empirical distribution approaches a coarse correlated
+    # equilibrium, and each player's final mixed strategy (probabilities over its strategies)
+    plays: np.ndarray | None = None
+    mixed: list[np.ndarray] = field(default_factory=list)
 
 
 def best_response(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players | None = None,
@@ -136,6 +140,7 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
     if last is None:
         raise ValueError("hedge needs a start that can be made feasible")
     samples: list[np.ndarray] = []
+    plays = np.zeros((rounds, len(x0)), dtype=np.int64)
     for t in range(1, rounds + 1):
         x = last.copy()
         for p, (g, S) in enumerate(zip(players.groups, players.strategies, strict=False)):
@@ -144,6 +149,7 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
             y = space.repair(x, rng)
             x = y if y is not None else last.copy()
         last = x
+        plays[t - 1] = x
         X, owner = players.deviations(x)
         ok = deviation_feasible(space, players, x, X)
         u = np.empty(len(X))
@@ -170,4 +176,6 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
     samples.append(mode)
     uniq = {s.tobytes(): s for s in samples}
     C = np.array(list(uniq.values()), dtype=np.int64)
-    return GameResult(candidates=C, payoffs=payoff(C), equilibrium=mode, rounds=rounds, regret=regret)
+    mixed = [np.exp(w - w.max()) / np.exp(w - w.max()).sum() for w in logw]
+    return GameResult(candidates=C, payoffs=payoff(C), equilibrium=mode, rounds=rounds, regret=regret, plays=plays,
+                      mixed=mixed)

@@ -271,10 +271,14 @@ class Trace:
 
 def run_loop(oracle, method: str, budget: int, batch_size: int, seed: int, n_init: int = 10,
              config: GameOptConfig | None = None) -> Trace:
-    """Evaluate `budget` sequences of the oracle: n_init random feasible ones, then batches from `method`."""
+    """Evaluate `budget` sequences of the oracle: n_init initial ones, then batches from `method`. The initial ones
+    come from the oracle's own feasible set where it has one (Ehrlich: DMP samples, as holo-bench starts its
+    optimisers; uniform sequences of length 32 are almost all infeasible, value 0), else uniformly at random. Every
+    method gets the same initial sequences for a seed."""
     space = SequenceSpace(oracle.alphabet, oracle.length)
     rng = np.random.default_rng([seed, 3])
-    X = space.sample_feasible(rng, min(n_init, budget))
+    n0 = min(n_init, budget)
+    X = oracle.initial_solution(n0, rng) if hasattr(oracle, "initial_solution") else space.sample_feasible(rng, n0)
     y = oracle(X)
     times: list[float] = []
     r = 0

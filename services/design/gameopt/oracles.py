@@ -1,16 +1,30 @@
 """Benchmark oracles for unattended ("oracle") campaigns and the benchmark harness.
 
 Ehrlich functions (Stanton et al. 2024, "Closed-Form Test Functions for Biophysical Sequence Design"), written here
-from the paper's definition (holo-bench's construction of the transition matrix, motifs and spacings followed):
-- a discrete Markov process over v states with a sparse ergodic transition matrix: random softmax rows (temperature
-  0.5) masked by a banded matrix (bandwidth int(0.4 v), wrapping) whose rows are shuffled, with self-transitions
-  always allowed; a sequence is feasible iff every transition x_t -> x_{t+1} has non-zero probability;
-- c motifs of length k, drawn as one DMP sample of length c*k and cut in c pieces (so a feasible optimum exists), each
-  with spacings s (s_0 = 0, gaps 1 + floor(w * slack // c) for w on the simplex);
+from the paper's definition and checked line by line against holo-bench's reference implementation
+(github prescient-design/holo-bench, holo/test_functions/closed_form/_ehrlich.py and elemental/, commit a58d03e),
+whose construction this follows:
+- a discrete Markov process (DMP) over v states with a sparse ergodic transition matrix: random softmax rows
+  (temperature 0.5) masked by a banded matrix (bandwidth int(0.4 v), wrapping) whose rows are shuffled, with
+  self-transitions always allowed; the initial distribution is uniform, so a sequence is feasible iff every
+  transition x_t -> x_{t+1} has non-zero probability;
+- c motifs of length k, drawn as one DMP sample of length c*k started from the stationary distribution and cut in c
+  pieces (so a feasible optimum exists), each with spacings s (s_0 = 0, gaps 1 + floor(w * (slack // c)) for w
+  uniform on the simplex);
 - f(x) = prod_i max_l h_q(x, motif_i, spacing_i, l) for feasible x, 0 otherwise, where h_q is the fraction of the
-  motif's elements present at offsets l + s_j, quantised down to multiples of 1/q. The optimum is 1.
-(The paper writes 0 for infeasible sequences; holo-bench returns -inf. 0 keeps values finite for a GP.)
-`pytorch-holo` itself is not on this machine's package index, so it is not cross-checked here.
+  motif's elements present at offsets l + s_j, quantised down to multiples of 1/q (the paper's
+  floor(q * count / k) / q). The optimum is 1. holo-bench quantises as (count // ceil(k/q)) / (k / ceil(k/q)): the
+  same when q divides k (always so for the default q = k); for other q its full motif scores below 1 (k=5, q=3:
+  0.8, and its own optimal_solution check raises), so the paper's form is kept.
+- `initial_solution(n)`: n DMP samples from the stationary distribution, holo-bench's initial solutions: feasible by
+  construction (uniform sequences of length 32 over 20 states are almost never feasible).
+Where this differs from holo-bench: infeasible sequences score 0 (the paper's convention; holo-bench returns -inf,
+and 0 keeps values finite for a GP); the random draws use numpy, so a seed gives another function than holo-bench's
+torch generator would; an unlucky non-ergodic transition matrix is redrawn (holo-bench raises); holo-bench's optional
+epistasis term (cubic response, off by default) is not implemented. `pytorch-holo` is not a dependency of this
+environment; the values were cross-checked once against holo-bench's source run from a scratch copy (its transition
+matrix, motifs and spacings loaded into this class: identical feasibility and values on uniform, DMP and optimal
+sequences for 7 sizes x 3 seeds with q dividing k; with k=4, q=3 the two quantisations differ, as said above).
 
 `ExhaustiveLandscape`: every sequence of a short length scored by a fixed random model (site effects plus
 neighbouring-pair epistasis), rescaled to [0, 1]; the whole table is known, so its optimum is exact."""
@@ -75,6 +89,7 @@ class Ehrlich:
     transitions: np.ndarray = field(init=False, repr=False)
     motifs: list[np.ndarray] = field(init=False, repr=False)
     spacings: list[np.ndarray] = field(init=False, repr=False)
+    stationary: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         v, L, c, k = self.num_states, self.length, self.num_motifs, self.motif_length
@@ -88,11 +103,9 @@ class Ehrlich:
             raise ValueError("length must be at least num_motifs * motif_length")
         rng = np.random.default_rng(self.seed)
         self.transitions = _sparse_ergodic_transitions(v, rng)
-        pi = _stationary(self.transitions)
-        seq = [int(rng.choice(v, p=pi))]
-        for _ in range(c * k - 1):
-            seq.append(int(rng.choice(v, p=self.transitions[seq[-1]])))
-        self.motifs = [np.array(seq[i * k:(i + 1) * k], dtype=np.int64) for i in range(c)]
+        self.stationary = _stationary(self.transitions)
+        seq = self._sample_dmp(rng, 1, c * k)[0]
+        self.motifs = [seq[i * k:(i + 1) * k].copy() for i in range(c)]
         self.spacings = []
         for _ in range(c):
             if k == 1:
@@ -102,6 +115,23 @@ class Ehrlich:
             w /= w.sum()
             gaps = 1 + np.floor((slack // c) * w).astype(np.int64)
             self.spacings.append(np.concatenate([[0], np.cumsum(gaps)]).astype(np.int64))
+
+    def _sample_dmp(self, rng: np.random.Generator, n: int, steps: int) -> np.ndarray:
+        """(n, steps) DMP samples: first state from the stationary distribution, then the transition rows."""
+        X = np.zeros((n, steps), dtype=np.int64)
+        if steps == 0:
+            return X
+        X[:, 0] = rng.choice(self.num_states, size=n, p=self.stationary)
+        cdf = np.cumsum(self.transitions, axis=1)
+        for t in range(1, steps):
+            rows = cdf[X[:, t - 1]]
+            # inverse-CDF draw from each row (u scaled by the row's total, so rounding never picks a zero entry)
+            X[:, t] = (rng.random((n, 1)) * rows[:, -1:] >= rows).sum(1)
+        return X
+
+    def initial_solution(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n feasible starting sequences drawn from the DMP (holo-bench's `initial_solution`)."""
+        return self._sample_dmp(rng, n, self.length)
 
     @property
     def alphabet(self) -> str:
@@ -127,7 +157,7 @@ class Ehrlich:
             offsets = np.arange(self.length - s[-1])
             idx = offsets[:, None] + s[None, :]  # (n_off, k)
             matches = (X[:, idx] == m[None, None, :]).sum(-1)  # (n, n_off)
-            h = np.floor(q * matches / k + 1e-9) / q
+            h = np.floor(q * matches / k + 1e-9) / q  # the paper's h_q (see the module note on holo-bench)
             out[:, i] = h.max(-1)
         return out
 

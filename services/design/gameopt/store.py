@@ -247,10 +247,27 @@ class CampaignStore:
                     duplicates += 1
                     continue
                 existing[key] = v
-                conn.execute("INSERT INTO design_observations (campaign_id, sequence, replicate, value, "
-                             "source_job_id, round) VALUES (%s, %s, %s, %s, %s, %s)",
-                             (camp["id"], o.sequence, o.replicate, v, o.source_job_id or None,
-                              sources.get(o.source_job_id, current)))
+                # ON CONFLICT: the row may have been written since the read above (an oracle campaign's finishing
+                # trigger inserts its batch's scores). The campaign row lock already orders Observe against that
+                # trigger (its foreign-key check takes a key-share lock on the campaign row), so this is a second
+                # guard: a concurrent writer makes this a duplicate or a conflict, never a unique-key error.
+                row = conn.execute(
+                    "INSERT INTO design_observations (campaign_id, sequence, replicate, value, source_job_id, round) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (campaign_id, sequence, replicate) DO NOTHING "
+                    "RETURNING value",
+                    (camp["id"], o.sequence, o.replicate, v, o.source_job_id or None,
+                     sources.get(o.source_job_id, current))).fetchone()
+                if row is None:
+                    recorded = conn.execute("SELECT value FROM design_observations WHERE campaign_id = %s "
+                                            "AND sequence = %s AND replicate = %s",
+                                            (camp["id"], o.sequence, o.replicate)).fetchone()["value"]
+                    if recorded != v:
+                        raise InvalidArgument(f"observations[{i}].value",
+                                              f"replicate {o.replicate} of this sequence is recorded with value "
+                                              f"{recorded!r}; a new measurement needs a new replicate number",
+                                              reason="OBSERVATION_CONFLICT")
+                    duplicates += 1
+                    continue
                 inserted += 1
             count = conn.execute("SELECT count(*) AS n FROM design_observations WHERE campaign_id = %s",
                                  (camp["id"],)).fetchone()["n"]
@@ -339,15 +356,32 @@ class CampaignStore:
 
     # ---- report ------------------------------------------------------------------------------------------
     def report(self, tenant: str, campaign_id: str) -> dict:
+        """The report, and its plot as an artifact. A read: the plot artifact is written once per state of the
+        campaign and reused while nothing changed. Observations are only ever added (never updated or deleted),
+        so their count and the latest observed_at identify the state the plot shows."""
         with self.pool.connection() as conn:
             camp = self._decorate(conn, self._row(conn, tenant, campaign_id))
             obs = self.observations(conn, camp["id"])
         rows = report_rows(obs, camp["direction"])
-        png = plot_png(obs, camp["direction"], camp["name"])
+        last = max((o["observed_at"] for o in obs), default=None)
+        meta = {"campaign_id": str(camp["id"]), "observations": len(obs),
+                "last_observed_at": last.isoformat() if last else ""}
+        name = f"campaign-{camp['id']}-best-so-far.png"
         with self.pool.connection() as conn:
-            art = self.registry.put_artifact(conn, tenant, f"campaign-{camp['id']}-best-so-far.png", png, "image/png",
-                                             metadata={"campaign_id": str(camp["id"]),
-                                                       "observations": len(obs)})
+            # one writer per campaign at a time, so two concurrent first reads still make one artifact
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 13))", (str(camp["id"]),))
+            art = conn.execute("SELECT * FROM artifacts WHERE tenant_id = %s AND name = %s AND committed "
+                               "AND metadata @> %s ORDER BY created_at DESC LIMIT 1",
+                               (tenant, name, Jsonb(meta))).fetchone()
+            png = None
+            if art is not None:
+                try:
+                    png = self.registry.store.get_bytes(art["object_key"], art["sha256"])
+                except NotFound:  # the blob is gone from the store: draw and record it again
+                    png = None
+            if png is None:
+                png = plot_png(obs, camp["direction"], camp["name"])
+                art = self.registry.put_artifact(conn, tenant, name, png, "image/png", metadata=meta)
         return {"campaign": camp, "rows": rows, "png": png, "artifact": art, "table": format_table(rows)}
 
 

@@ -106,7 +106,7 @@ class AtomCountRange(_message.Message):
     def __init__(self, min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class StartCrystalGenerationJobRequest(_message.Message):
-    __slots__ = ("model", "space_group", "space_group_distribution", "atom_count_range", "composition_hints", "num_samples", "method", "reference_dataset_artifact_id", "seed", "batch_size", "idempotency_key")
+    __slots__ = ("model", "space_group", "space_group_distribution", "atom_count_range", "composition_hints", "num_samples", "method", "reference_dataset_artifact_id", "seed", "batch_size", "idempotency_key", "sampling_steps", "max_retries")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
     SPACE_GROUP_DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +118,8 @@ class StartCrystalGenerationJobRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     space_group: int
     space_group_distribution: _containers.RepeatedCompositeFieldContainer[SpaceGroupWeight]
@@ -129,7 +131,9 @@ class StartCrystalGenerationJobRequest(_message.Message):
     seed: int
     batch_size: int
     idempotency_key: str
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., space_group: _Optional[int] = ..., space_group_distribution: _Optional[_Iterable[_Union[SpaceGroupWeight, _Mapping]]] = ..., atom_count_range: _Optional[_Union[AtomCountRange, _Mapping]] = ..., composition_hints: _Optional[_Iterable[str]] = ..., num_samples: _Optional[int] = ..., method: _Optional[_Union[CrystalGenerationMethod, str]] = ..., reference_dataset_artifact_id: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    sampling_steps: int
+    max_retries: int
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., space_group: _Optional[int] = ..., space_group_distribution: _Optional[_Iterable[_Union[SpaceGroupWeight, _Mapping]]] = ..., atom_count_range: _Optional[_Union[AtomCountRange, _Mapping]] = ..., composition_hints: _Optional[_Iterable[str]] = ..., num_samples: _Optional[int] = ..., method: _Optional[_Union[CrystalGenerationMethod, str]] = ..., reference_dataset_artifact_id: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., sampling_steps: _Optional[int] = ..., max_retries: _Optional[int] = ...) -> None: ...
 
 class StartCrystalGenerationJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -144,7 +148,7 @@ class GetCrystalSetRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class CrystalRow(_message.Message):
-    __slots__ = ("index", "requested_space_group", "detected_space_group", "space_group_match", "structurally_valid", "compositionally_valid", "invariant", "formula", "n_atoms", "volume", "density", "min_distance", "wyckoff", "cif_artifact_id", "requested_ops_found")
+    __slots__ = ("index", "requested_space_group", "detected_space_group", "space_group_match", "structurally_valid", "compositionally_valid", "invariant", "formula", "n_atoms", "volume", "density", "min_distance", "wyckoff", "cif_artifact_id", "requested_ops_found", "draws", "first_draw_space_group_match", "first_draw_structurally_valid")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DETECTED_SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +164,9 @@ class CrystalRow(_message.Message):
     WYCKOFF_FIELD_NUMBER: _ClassVar[int]
     CIF_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_OPS_FOUND_FIELD_NUMBER: _ClassVar[int]
+    DRAWS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DRAW_SPACE_GROUP_MATCH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DRAW_STRUCTURALLY_VALID_FIELD_NUMBER: _ClassVar[int]
     index: int
     requested_space_group: int
     detected_space_group: int
@@ -175,10 +182,13 @@ class CrystalRow(_message.Message):
     wyckoff: _containers.RepeatedScalarFieldContainer[str]
     cif_artifact_id: str
     requested_ops_found: bool
-    def __init__(self, index: _Optional[int] = ..., requested_space_group: _Optional[int] = ..., detected_space_group: _Optional[int] = ..., space_group_match: _Optional[bool] = ..., structurally_valid: _Optional[bool] = ..., compositionally_valid: _Optional[bool] = ..., invariant: _Optional[bool] = ..., formula: _Optional[str] = ..., n_atoms: _Optional[int] = ..., volume: _Optional[float] = ..., density: _Optional[float] = ..., min_distance: _Optional[float] = ..., wyckoff: _Optional[_Iterable[str]] = ..., cif_artifact_id: _Optional[str] = ..., requested_ops_found: _Optional[bool] = ...) -> None: ...
+    draws: int
+    first_draw_space_group_match: bool
+    first_draw_structurally_valid: bool
+    def __init__(self, index: _Optional[int] = ..., requested_space_group: _Optional[int] = ..., detected_space_group: _Optional[int] = ..., space_group_match: _Optional[bool] = ..., structurally_valid: _Optional[bool] = ..., compositionally_valid: _Optional[bool] = ..., invariant: _Optional[bool] = ..., formula: _Optional[str] = ..., n_atoms: _Optional[int] = ..., volume: _Optional[float] = ..., density: _Optional[float] = ..., min_distance: _Optional[float] = ..., wyckoff: _Optional[_Iterable[str]] = ..., cif_artifact_id: _Optional[str] = ..., requested_ops_found: _Optional[bool] = ..., draws: _Optional[int] = ..., first_draw_space_group_match: _Optional[bool] = ..., first_draw_structurally_valid: _Optional[bool] = ...) -> None: ...
 
 class CrystalSetSummary(_message.Message):
-    __slots__ = ("n_requested", "n_generated", "structural_validity", "compositional_validity", "validity", "space_group_match_rate", "invariant_rate", "space_group_jsd", "density_wasserstein", "n_elements_wasserstein", "crystals_per_second", "method", "requested_ops_found_rate")
+    __slots__ = ("n_requested", "n_generated", "structural_validity", "compositional_validity", "validity", "space_group_match_rate", "invariant_rate", "space_group_jsd", "density_wasserstein", "n_elements_wasserstein", "crystals_per_second", "method", "requested_ops_found_rate", "first_draw_space_group_match_rate", "first_draw_structural_validity", "n_redrawn", "extra_draws")
     N_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     N_GENERATED_FIELD_NUMBER: _ClassVar[int]
     STRUCTURAL_VALIDITY_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +202,10 @@ class CrystalSetSummary(_message.Message):
     CRYSTALS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_OPS_FOUND_RATE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DRAW_SPACE_GROUP_MATCH_RATE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DRAW_STRUCTURAL_VALIDITY_FIELD_NUMBER: _ClassVar[int]
+    N_REDRAWN_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_DRAWS_FIELD_NUMBER: _ClassVar[int]
     n_requested: int
     n_generated: int
     structural_validity: float
@@ -205,7 +219,11 @@ class CrystalSetSummary(_message.Message):
     crystals_per_second: float
     method: str
     requested_ops_found_rate: float
-    def __init__(self, n_requested: _Optional[int] = ..., n_generated: _Optional[int] = ..., structural_validity: _Optional[float] = ..., compositional_validity: _Optional[float] = ..., validity: _Optional[float] = ..., space_group_match_rate: _Optional[float] = ..., invariant_rate: _Optional[float] = ..., space_group_jsd: _Optional[float] = ..., density_wasserstein: _Optional[float] = ..., n_elements_wasserstein: _Optional[float] = ..., crystals_per_second: _Optional[float] = ..., method: _Optional[str] = ..., requested_ops_found_rate: _Optional[float] = ...) -> None: ...
+    first_draw_space_group_match_rate: float
+    first_draw_structural_validity: float
+    n_redrawn: int
+    extra_draws: int
+    def __init__(self, n_requested: _Optional[int] = ..., n_generated: _Optional[int] = ..., structural_validity: _Optional[float] = ..., compositional_validity: _Optional[float] = ..., validity: _Optional[float] = ..., space_group_match_rate: _Optional[float] = ..., invariant_rate: _Optional[float] = ..., space_group_jsd: _Optional[float] = ..., density_wasserstein: _Optional[float] = ..., n_elements_wasserstein: _Optional[float] = ..., crystals_per_second: _Optional[float] = ..., method: _Optional[str] = ..., requested_ops_found_rate: _Optional[float] = ..., first_draw_space_group_match_rate: _Optional[float] = ..., first_draw_structural_validity: _Optional[float] = ..., n_redrawn: _Optional[int] = ..., extra_draws: _Optional[int] = ...) -> None: ...
 
 class CrystalSet(_message.Message):
     __slots__ = ("job_id", "summary", "rows", "report_artifact_id")
