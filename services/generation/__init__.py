@@ -3,7 +3,8 @@ batching, sampling, streaming and per-request KV-cache compression (VL-Cache, H2
 
 corpus.py (the built-in generated corpus), training.py (BPE tokenizer + small Llama from scratch), jobs.py (import,
 training), engine.py (continuous batching, sampling), kvpolicy.py (cache compression), api.py (the servicer),
-cli.py. Hugging Face directories <-> registry versions: services/common/hf.py."""
+openai_api.py + predictor.py (the OpenAI-compatible kserve predictor), cli.py. Hugging Face directories <-> registry
+versions: services/common/hf.py."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
 SPEC = ServiceSpec(
@@ -13,6 +14,7 @@ SPEC = ServiceSpec(
         "generation.import": JobKind("default", "services.generation.jobs:run_import"),
         "generation.train": JobKind("training", "services.generation.jobs:run_training"),
     },
+    predictors={"generation": "services.generation.predictor:build"},
     cli="services.generation.cli",
     demo=DemoStep("generation: train a tiny Llama on the built-in corpus, stream an answer, retrieval with the "
                   "full KV cache and with 10% of it (VL-Cache)", "services.generation.cli:demo"),

@@ -1,6 +1,7 @@
 """GenerationService: proto <-> domain. Models come from the registry through ModelCache (name/version/alias, hot
-swap); each loaded version owns one continuous-batching Engine (services.generation.engine). Import and training
-are jobs (services.generation.jobs)."""
+swap); each loaded version owns one continuous-batching Engine (services.generation.engine). A model name listed in
+the settings' remote_models is forwarded to an OpenAI-compatible server instead (services.generation.remote; its
+LoadedLM has the RemoteBackend as engine and no tokenizer). Import and training are jobs (services.generation.jobs)."""
 from __future__ import annotations
 
 import asyncio
@@ -177,14 +178,54 @@ def train_params(request: pb.StartLanguageModelTrainingJobRequest, default_name:
     return params
 
 
+def submit(engine, ids, sampling, policy):
+    """Submit one generation to an engine from the event loop: (request, asyncio.Queue of its events). Raises at
+    once what the engine refuses (a full queue: QueueFull). The gRPC servicer and the OpenAI-compatible routes
+    (services.generation.openai_api) both go through here, so they run the same engine the same way."""
+    from services.generation.engine import Request
+
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+    req = Request(ids, sampling, policy, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
+    engine.submit(req)
+    return req, events
+
+
+async def engine_events(req, events: asyncio.Queue, timeout_s: float | None = None):
+    """The events of a submitted request up to its Finished (whose error, if any, is raised); the request is
+    cancelled when the consumer stops early (a client gone, a deadline of timeout_s passed), which frees its cache."""
+    from services.generation.engine import Finished
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s if timeout_s is not None else None
+    try:
+        while True:
+            timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
+            try:
+                e = await asyncio.wait_for(events.get(), timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                req.cancel()
+                raise asyncio.CancelledError() from None
+            yield e
+            if isinstance(e, Finished):
+                if e.error is not None:
+                    raise e.error
+                return
+    finally:
+        req.cancel()  # no-op when finished; frees the sequence when the client left mid-generation
+
+
 class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
     def __init__(self, app: AppContext, config: GenerationConfig | None = None):
         self.app = app
         self.config = config or GenerationConfig()
         self.models = ModelCache(app.registry, build_loaded(self.config), self.config, what="language model")
+        self.remotes: dict[str, LoadedLM] = {}  # remote backends by model name (settings remote_models)
 
     async def close(self) -> None:
         await self.models.close()
+        for r in self.remotes.values():
+            await r.engine.close()
 
     # -- jobs
     async def StartLanguageModelTrainingJob(self, request, context):
@@ -225,12 +266,27 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
 
     # -- serving
     async def _model(self, ref) -> LoadedLM:
+        name = ref.name or self.config.default_model
+        if name in self.config.remote_models:
+            if ref.version or ref.alias:
+                raise InvalidArgument("model.version" if ref.version else "model.alias",
+                                      f"{name!r} is served by a remote backend, which has no versions or aliases")
+            return self._remote(name)
         try:
             return await self.models.get(ref_key(current_tenant(), ref, self.config.default_model), field="model")
         except FailedPrecondition as exc:
             if exc.reason == "MODEL_NOT_REGISTERED":
                 raise NotFound(exc.message, reason="MODEL_NOT_FOUND", metadata=exc.metadata) from None
             raise
+
+    def _remote(self, name: str) -> LoadedLM:
+        from services.generation.remote import RemoteBackend
+
+        loaded = self.remotes.get(name)
+        if loaded is None:
+            backend = RemoteBackend(name, self.config.remote_models[name])
+            loaded = self.remotes[name] = LoadedLM(backend, None, pb.ModelInfo(name=name, model_type="remote"))
+        return loaded
 
     async def _prepare(self, request):
         if not request.prompt:
@@ -240,35 +296,38 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
         sampling = sampling_of(request.sampling, self.config)
         policy = policy_of(request.kv_compression, request.HasField("kv_compression"))
         loaded = await self._model(request.model)
+        if loaded.tokenizer is None:  # a remote backend: the prompt goes as text, the upstream checks its length
+            if policy.compresses:
+                raise FailedPrecondition(f"KV-cache compression ({policy.policy}) is not available for "
+                                         f"{loaded.info.name!r}: it is served by the {loaded.engine.describe()}, "
+                                         "whose cache this service does not control",
+                                         reason="COMPRESSION_UNSUPPORTED_BY_BACKEND",
+                                         metadata={"backend": loaded.engine.cfg.base_url, "field": "kv_compression"})
+            return loaded, request.prompt, sampling, policy
         ids = await asyncio.to_thread(loaded.engine.encode, request.prompt)
         loaded.engine.check(ids, sampling, "prompt")
         return loaded, ids, sampling, policy
 
     async def _run(self, loaded: LoadedLM, ids, sampling, policy, context):
         """Submit and yield engine events; cancels the request when the caller goes away or its deadline passes."""
-        from services.generation.engine import Finished, Request
-
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-        req = Request(ids, sampling, policy, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
-        loaded.engine.submit(req)
         remaining = context.time_remaining() if context is not None else None
-        deadline = loop.time() + remaining if remaining is not None else None
+        if loaded.tokenizer is None:  # remote: `ids` is the prompt text; closing the stream cancels upstream
+            stream = loaded.engine.events(ids, sampling)
+            try:
+                async with asyncio.timeout(remaining):
+                    async for e in stream:
+                        yield e
+            except TimeoutError:
+                raise asyncio.CancelledError() from None  # the deadline passed: as for the local engine
+            finally:
+                await stream.aclose()
+            return
+        req, events = submit(loaded.engine, ids, sampling, policy)
         try:
-            while True:
-                timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
-                try:
-                    e = await asyncio.wait_for(events.get(), timeout)
-                except (asyncio.TimeoutError, TimeoutError):
-                    req.cancel()
-                    raise asyncio.CancelledError() from None
+            async for e in engine_events(req, events, remaining):
                 yield e
-                if isinstance(e, Finished):
-                    if e.error is not None:
-                        raise e.error
-                    return
         finally:
-            req.cancel()  # no-op when finished; frees the sequence when the client left mid-generation
+            req.cancel()  # at once when the caller stops early (not when the inner generator is collected)
 
     async def Generate(self, request, context):
         from services.generation.engine import Finished
@@ -301,6 +360,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
         if len(request.text) > self.config.max_prompt_chars:
             raise InvalidArgument("text", f"at most {self.config.max_prompt_chars} characters")
         loaded = await self._model(request.model)
+        if loaded.tokenizer is None:
+            raise FailedPrecondition(f"CountTokens is not available for {loaded.info.name!r}: it is served by the "
+                                     f"{loaded.engine.describe()}, whose tokenizer this service does not have",
+                                     reason="UNSUPPORTED_BY_BACKEND", metadata={"backend": loaded.engine.cfg.base_url})
         ids = await asyncio.to_thread(loaded.engine.encode, request.text)
         return pb.CountTokensResponse(count=len(ids), token_ids=ids, model=loaded.info)
 

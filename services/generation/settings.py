@@ -2,7 +2,21 @@
 CLI and the catalog can import it."""
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from services.common import settings
+
+
+class RemoteModel(BaseModel):
+    """A model served by an outside OpenAI-compatible server (vLLM, KServe's Hugging Face runtime, TGI, praxon's
+    own `praxon predictor generation`): Generate / GenerateStream for this name are forwarded to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = Field(pattern=r"^https?://")   # up to and including /v1, e.g. http://vllm:8000/v1
+    model: str = ""                  # the upstream's model name ("" = the name it is configured under here)
+    api_key_env: str = ""            # environment variable holding the API key (read at startup), "" = none
+    timeout_s: float = Field(120.0, gt=0)
 
 
 class GenerationConfig(settings.ServingConfig):
@@ -20,3 +34,6 @@ class GenerationConfig(settings.ServingConfig):
     # Local folders a StartImportLanguageModelJob may read model directories from (empty: uploads only). A path
     # outside them is refused, so a tenant cannot make the worker read arbitrary files.
     import_roots: list[str] = []
+    # Model names served by a remote OpenAI-compatible server instead of the local engine (services.generation.remote),
+    # e.g. PRAXON_GENERATION__REMOTE_MODELS='{"big": {"base_url": "http://vllm:8000/v1", "model": "Qwen/Qwen2.5-7B"}}'
+    remote_models: dict[str, RemoteModel] = {}

@@ -1,0 +1,243 @@
+"""The OpenAI-compatible predictor with the official `openai` client: `praxon predictor generation --tenant T
+--model lm@production` (kserve's ModelServer, a subprocess on loopback) serving a tiny Llama registered in the
+registry (PostgreSQL + S3). Completions and chat completions, with and without stream; greedy and seeded outputs
+equal the engine's own for the same prompt; bad fields -> 400 naming the field; an unknown model -> 404. In-process:
+a full engine queue -> 429 with Retry-After, and the chat template path."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from types import SimpleNamespace
+
+import openai
+import pytest
+
+from services.generation.engine import Engine, SamplingParams
+from services.generation.openai_api import CHAT_FALLBACK
+from tests import harness
+from tests.generation.conftest import OpenAIServer, openai_service, tiny_llama
+
+PROMPT = "record : key kafo value 1 2 3 4 ; lookup : key"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _register(settings, tenant: str, name: str, model, tokenizer) -> None:
+    """A version registered the way a job does (staged by a running job, numbered on commit), alias production."""
+    from services.common import db, hf
+    from services.common.registry import Registry
+    from services.common.store import ArtifactStore
+
+    tensors, config = hf.from_pretrained_objects(model, tokenizer)
+    pool = db.create_pool(settings, max_size=1)
+    try:
+        reg = Registry(pool, ArtifactStore(settings))
+        with db.connect(settings) as conn:
+            job = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state) VALUES (%s, 'test.register', 'test', "
+                               "'RUNNING') RETURNING id", (tenant,)).fetchone()
+            reg.stage_model(conn, tenant, str(job["id"]), name, tensors, kind=hf.REGISTRY_KIND, config=config,
+                            metrics={}, dataset_artifact_id=None, parent_version_ids=[])
+            Registry.commit_job_outputs(conn, str(job["id"]))
+        reg.set_alias(tenant, name, "production", 1)
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="module")
+def served(settings, tokenizer, tmp_path_factory):
+    from services.common.embedded import spawn
+
+    tenant = harness.token_for(settings, f"oai-{uuid.uuid4().hex[:6]}")[0]
+    model = tiny_llama(tokenizer, seed=11)
+    _register(settings, tenant, "lm", model, tokenizer)
+    http, grpc_port = _free_port(), _free_port()
+    log = tmp_path_factory.mktemp("predictor") / "predictor.log"
+    env = {**os.environ, **harness.settings_env(settings), "PYTHONPATH": str(harness.ROOT), "OMP_NUM_THREADS": "1"}
+    proc = spawn([sys.executable, "-m", "services.cli.main", "predictor", "generation", "--tenant", tenant,
+                  "--model", "lm@production", "--http-port", str(http), "--grpc-port", str(grpc_port)], log, env=env)
+
+    def ready():
+        import httpx
+
+        if proc.poll() is not None:
+            raise AssertionError(log.read_text()[-3000:])
+        try:
+            return httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+    engine = Engine(model, tokenizer, name="local").start()  # the reference: the same engine code, in this process
+    try:
+        harness.wait_for(ready, timeout=120, interval=0.3, what="the generation predictor")
+        yield SimpleNamespace(port=http, tokenizer=tokenizer, engine=engine, log=log,
+                              client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key="unused",
+                                                   max_retries=0, timeout=60),
+                              kserve_client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/openai/v1",
+                                                          api_key="unused", max_retries=0, timeout=60))
+    finally:
+        engine.stop()
+        proc.terminate()
+        proc.wait(20)
+
+
+def _local(served, text: str, **sampling):
+    ids = served.engine.encode(text)
+    events, fin = served.engine.generate(ids, SamplingParams(**sampling))
+    return events, fin
+
+
+def test_completion_greedy_equals_the_engine(served):
+    for client in (served.client, served.kserve_client):  # base_url .../v1 and kserve's .../openai/v1
+        r = client.completions.create(model="lm", prompt=PROMPT, max_tokens=8, temperature=0, logprobs=2,
+                                      extra_body={"ignore_eos": True})
+        events, fin = _local(served, PROMPT, max_new_tokens=8, ignore_eos=True, logprobs=2)
+        c = r.choices[0]
+        assert c.text == fin.text and c.finish_reason == "length" == fin.finish_reason
+        assert c.logprobs.tokens == [served.tokenizer.decode([e.token_id]) for e in events]
+        assert c.logprobs.token_logprobs == pytest.approx([e.logprob for e in events], abs=1e-4)
+        assert [len(t) for t in c.logprobs.top_logprobs] == [2] * 8
+        assert r.usage.prompt_tokens == len(served.engine.encode(PROMPT)) and r.usage.completion_tokens == 8
+        assert r.usage.total_tokens == r.usage.prompt_tokens + 8 and r.model == "lm"
+
+
+def test_completion_stream_equals_non_stream(served):
+    kw = dict(model="lm", prompt=[PROMPT], max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
+    whole = served.client.completions.create(**kw)
+    chunks = list(served.client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text and len(text) > 0
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
+
+
+def test_seeded_sampling_reproduces_and_equals_the_engine(served):
+    kw = dict(model="lm", prompt=PROMPT, max_tokens=12, temperature=1.0, top_p=0.9, seed=7,
+              extra_body={"ignore_eos": True})
+    a = served.client.completions.create(**kw).choices[0].text
+    b = served.client.completions.create(**kw).choices[0].text
+    _, fin = _local(served, PROMPT, max_new_tokens=12, temperature=1.0, top_p=0.9, seed=7, ignore_eos=True)
+    assert a == b == fin.text
+
+
+def test_stop_strings_end_the_text(served):
+    full = served.client.completions.create(model="lm", prompt=PROMPT, max_tokens=12, temperature=0,
+                                            extra_body={"ignore_eos": True}).choices[0].text
+    stop = full.strip()[2:4]  # something the greedy text contains, after its start
+    assert stop
+    r = served.client.completions.create(model="lm", prompt=PROMPT, max_tokens=12, temperature=0, stop=[stop],
+                                         extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].text == full[:full.index(stop)]
+
+
+def test_chat_completion_and_stream_equal_the_engine(served):
+    messages = [{"role": "system", "content": "answer briefly"}, {"role": "user", "content": "lookup : key kafo"}]
+    text = "".join(CHAT_FALLBACK.format(**m) for m in messages) + "assistant:"  # the tokenizer has no template
+    _, fin = _local(served, text, max_new_tokens=8, ignore_eos=True, logprobs=1)
+    r = served.client.chat.completions.create(model="lm", messages=messages, max_tokens=8, temperature=0,
+                                              logprobs=True, top_logprobs=1, extra_body={"ignore_eos": True})
+    m = r.choices[0]
+    assert m.message.role == "assistant" and m.message.content == fin.text and m.finish_reason == "length"
+    assert [t.token for t in m.logprobs.content] == [served.tokenizer.decode([i]) for i in fin.token_ids]
+    assert all(len(t.top_logprobs) == 1 for t in m.logprobs.content)
+    stream = list(served.client.chat.completions.create(model="lm", messages=messages, max_completion_tokens=8,
+                                                        temperature=0, stream=True,
+                                                        extra_body={"ignore_eos": True}))
+    assert stream[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == fin.text
+    assert stream[-1].choices[0].finish_reason == "length"
+
+
+def test_models_list(served):
+    assert [m.id for m in served.client.models.list()] == ["lm"]
+    assert [m.id for m in served.kserve_client.models.list()] == ["lm"]
+
+
+@pytest.mark.parametrize(("kw", "param"), [
+    ({"n": 2}, "n"),
+    ({"temperature": -0.5}, "temperature"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": 250}, "max_tokens"),              # prompt + max_tokens past the context (256)
+    ({"prompt": ""}, "prompt"),
+    ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": "lookup " * 400}, "prompt"),         # longer than the context
+    ({"seed": -1}, "seed"),
+    ({"logprobs": 99}, "logprobs"),
+    ({"stop": ["x"] * 9}, "stop"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"extra_body": {"no_such_field": 1}}, "no_such_field"),
+])
+def test_bad_fields_are_400_naming_the_field(served, kw, param):
+    args = {"model": "lm", "prompt": PROMPT, "max_tokens": 4, **kw}
+    for stream in (False, True):  # refused before any event is streamed
+        with pytest.raises(openai.BadRequestError) as err:
+            served.client.completions.create(stream=stream, **args)
+        assert err.value.status_code == 400 and err.value.body["param"] == param, err.value.body
+        assert err.value.body["type"] == "invalid_request_error"
+
+
+def test_bad_chat_fields_are_400(served):
+    with pytest.raises(openai.BadRequestError) as err:
+        served.client.chat.completions.create(model="lm", messages=[{"role": "wizard", "content": "hi"}])
+    assert err.value.body["param"] == "messages[0].role"
+    with pytest.raises(openai.BadRequestError) as err:
+        served.client.chat.completions.create(model="lm", messages=[{"role": "user", "content": "hi"}], n=3)
+    assert err.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError) as err:
+        served.client.chat.completions.create(model="lm", messages=[])
+    assert err.value.body["param"] == "messages"
+
+
+def test_unknown_model_is_404(served):
+    with pytest.raises(openai.NotFoundError) as err:
+        served.client.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=2)
+    assert err.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        served.client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+
+
+# ---------------------------------------------------------------------------------------------- in process
+def test_a_full_queue_is_429_with_retry_after(llama, tokenizer):
+    engine = Engine(llama, tokenizer, max_queued=0, retry_after_s=2.5, name="full")  # every request is refused
+    server = OpenAIServer(openai_service(engine, tokenizer))
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.RateLimitError) as err:
+            client.completions.create(model="m", prompt=PROMPT, max_tokens=2)
+        assert err.value.status_code == 429 and err.value.response.headers["retry-after"] == "3"
+        assert err.value.body["code"] == "queue_full"
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+    finally:
+        server.stop()
+        engine.stop()
+
+
+def test_chat_uses_the_tokenizers_template_when_it_has_one(llama, tokenizer):
+    import copy
+
+    templated = copy.deepcopy(tokenizer)
+    templated.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}")
+    engine = Engine(llama, templated, name="templated").start()
+    server = OpenAIServer(openai_service(engine, templated))
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": [{"type": "text", "text": "lookup : "}, {"type": "text", "text": "key"}]}]
+        r = client.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0,
+                                           extra_body={"ignore_eos": True})
+        _, fin = engine.generate(engine.encode("<user>lookup : key\n<assistant>"),
+                                 SamplingParams(max_new_tokens=6, ignore_eos=True))
+        assert r.choices[0].message.content == fin.text and r.usage.completion_tokens == 6
+        fallback = engine.encode("user: lookup : key\nassistant:")
+        assert r.usage.prompt_tokens == len(engine.encode("<user>lookup : key\n<assistant>")) != len(fallback)
+    finally:
+        server.stop()
+        engine.stop()
