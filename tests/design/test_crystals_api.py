@@ -204,6 +204,9 @@ def test_cli_generate_prints_the_table_and_downloads_a_cif(env):
     cli.print_set(cs, out)
     text = out.getvalue()
     assert "requested" in text and "space group match" in text and len(cs.rows) == 2
+    single = cli.generate(target, model=env.name, groups={62: 1.0}, n=2, atoms=(1, 24), seed=3, max_retries=0,
+                          sampling_steps=2, out=out)  # the paper's single draw, over 2 strided steps
+    assert [r.draws for r in single.rows] == [1, 1] and single.summary.extra_draws == 0
     cif = cli.read_artifact(target, cs.rows[0].cif_artifact_id).decode()
     assert cif.startswith("# generated using pymatgen") and "_cell_length_a" in cif
     assert cli._groups("225:2,62") == {225: 2.0, 62: 1.0}

@@ -54,12 +54,16 @@ def train(target: Target, dataset: str, name: str, params: dict, *, remove_symme
 
 def generate(target: Target, *, model: str = "", groups: dict[int, float] | None = None, n: int = 8,
              atoms: tuple[int, int] = (1, 48), elements: list[str] = (), method: str = "model",
-             reference: str = "", seed: int = 0, out=None) -> pb.CrystalSet:
+             reference: str = "", seed: int = 0, sampling_steps: int = 0, max_retries: int | None = None,
+             out=None) -> pb.CrystalSet:
     out = out or sys.stdout
     req = pb.StartCrystalGenerationJobRequest(
         num_samples=n, atom_count_range=pb.AtomCountRange(min=atoms[0], max=atoms[1]),
         composition_hints=list(elements), seed=seed, reference_dataset_artifact_id=reference,
-        method=pb.CRYSTAL_GENERATION_METHOD_PYXTAL_RANDOM if method == "pyxtal" else pb.CRYSTAL_GENERATION_METHOD_MODEL)
+        method=pb.CRYSTAL_GENERATION_METHOD_PYXTAL_RANDOM if method == "pyxtal" else pb.CRYSTAL_GENERATION_METHOD_MODEL,
+        sampling_steps=sampling_steps)
+    if max_retries is not None:
+        req.max_retries = max_retries
     if method != "pyxtal":
         req.model.CopyFrom(model_ref(model, "symmcd"))
     for g, w in (groups or {}).items():
@@ -82,6 +86,10 @@ def print_set(cs: pb.CrystalSet, out=None) -> None:
               f"requested operations found {s.requested_ops_found_rate:.0%}, invariant {s.invariant_rate:.0%}, structural validity {s.structural_validity:.0%}, compositional "
               f"validity {s.compositional_validity:.0%}, density W1 {s.density_wasserstein:.3f}, "
               f"space-group JSD {s.space_group_jsd:.3f}, {s.crystals_per_second:.2f} crystals/s\n")
+    if s.n_redrawn:
+        out.write(f"  before re-draws: space group match {s.first_draw_space_group_match_rate:.0%}, structural "
+                  f"validity {s.first_draw_structural_validity:.0%} ({s.n_redrawn} crystals re-drawn, "
+                  f"{s.extra_draws} extra draws)\n")
 
 
 def read_artifact(target: Target, artifact_id: str) -> bytes:
@@ -125,7 +133,8 @@ def cmd_generate(args) -> None:
     target = _target(args)
     cs = generate(target, model=args.model, groups=_groups(args.space_groups), n=args.n,
                   atoms=(args.min_atoms, args.max_atoms), elements=args.elements.split(",") if args.elements else [],
-                  method=args.method, reference=args.reference or "", seed=args.seed)
+                  method=args.method, reference=args.reference or "", seed=args.seed,
+                  sampling_steps=args.sampling_steps, max_retries=args.max_retries)
     print_set(cs)
     if args.out_dir:
         d = Path(args.out_dir)
@@ -175,6 +184,9 @@ def add_commands(parts, client_opts) -> None:
     sp.add_argument("--method", choices=["model", "pyxtal"], default="model")
     sp.add_argument("--reference", help="reference dataset artifact id (required by --method pyxtal)")
     sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--sampling-steps", type=int, default=0, help="reverse-diffusion steps (default: all of the model's)")
+    sp.add_argument("--max-retries", type=int, help="re-draws of a crystal not detected in its group (0: single draw, "
+                    "as the paper's code; default 5)")
     sp.add_argument("--out-dir", help="write each CIF here")
     sp.set_defaults(func=cmd_generate)
 
