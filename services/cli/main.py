@@ -35,7 +35,8 @@ def cmd_serve(args) -> None:
 def cmd_predictor(args) -> None:
     from services.cli.serve import run_predictor
 
-    run_predictor(_settings(), args.name, args.tenant, args.model, args.http_port, args.grpc_port)
+    run_predictor(_settings(), args.name, args.tenant, args.model, args.http_port, args.grpc_port, host=args.host,
+                  require_token=args.require_token)
 
 
 def cmd_worker(args) -> None:
@@ -145,10 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("predictor", help="serve a registered model with kserve's ModelServer (OIP v2)")
     sp.add_argument("name", help="predictor name, e.g. recommendation")
-    sp.add_argument("--tenant", required=True, help="tenant id that owns the model")
+    sp.add_argument("--tenant", required=True, help="id or name of the tenant that owns the model")
     sp.add_argument("--model", required=True, help="model name, name:version or name@alias in the registry")
     sp.add_argument("--http-port", type=int, default=8080)
     sp.add_argument("--grpc-port", type=int, default=8081)
+    sp.add_argument("--host", help="address both servers listen on (default: 127.0.0.1; in a Kubernetes pod, "
+                    "0.0.0.0)")
+    sp.add_argument("--require-token", action=argparse.BooleanOptionalAction, default=None,
+                    help="answer only requests with 'Authorization: Bearer <API token of the tenant>' (health, "
+                    "readiness and metrics excepted); default: on, off in a Kubernetes pod (the mesh or a "
+                    "NetworkPolicy guards it there)")
     sp.set_defaults(func=cmd_predictor)
 
     sp = sub.add_parser("worker", help="run a Celery worker for job queues")

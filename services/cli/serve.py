@@ -48,14 +48,54 @@ async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Eve
     app.pool.close()
 
 
-def run_predictor(settings: Settings, name: str, tenant_id: str, model: str, http_port: int, grpc_port: int) -> None:
-    """Serve one registered model with kserve's ModelServer (Open Inference Protocol v2 over REST and gRPC)."""
+def resolve_tenant(settings: Settings, text: str) -> str:
+    """A tenant id or name -> the tenant's id; an unknown one -> a one-line error and exit status 2 (a usage
+    error, as argparse gives), never a database traceback."""
+    import sys
+    import uuid
+
+    try:
+        as_id = str(uuid.UUID(text))
+    except ValueError:
+        as_id = None
+    with db.connect(settings) as conn:
+        row = conn.execute("SELECT id FROM tenants WHERE id = %s::uuid", (as_id,)).fetchone() if as_id else None
+        row = row or conn.execute("SELECT id FROM tenants WHERE name = %s", (text,)).fetchone()
+    if row is None:
+        print(f"error: --tenant: no tenant has the id or name {text!r}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    return str(row["id"])
+
+
+def predictor_defaults(host: str | None, require_token: bool | None, *, cluster: bool) -> tuple[str, bool]:
+    """The listening host and whether a token is required, where not given: outside a cluster loopback and a
+    token (nothing stands between the port and whoever can reach it); inside one (KUBERNETES_SERVICE_HOST set)
+    0.0.0.0, which KServe's Service / activator need to reach the pod on its IP, and no token: there the mesh or a
+    NetworkPolicy guards the predictor and KServe's callers do not carry praxon tokens (helm/praxon/README.md,
+    KServe predictors)."""
+    host = host or ("0.0.0.0" if cluster else "127.0.0.1")
+    return host, (not cluster) if require_token is None else require_token
+
+
+def run_predictor(settings: Settings, name: str, tenant: str, model: str, http_port: int, grpc_port: int, *,
+                  host: str | None = None, require_token: bool | None = None) -> None:
+    """Serve one registered model with kserve's ModelServer (Open Inference Protocol v2 over REST and gRPC) on
+    `host`, for the tenant given by id or name; unset host / require_token: predictor_defaults()."""
+    from services.common import oip
+
     predictors = catalog.predictors()
     if name not in predictors:
         raise SystemExit(f"unknown predictor {name!r}; known: {', '.join(predictors) or 'none yet'}")
-    from kserve import ModelServer  # heavy; only predictor processes need it
-
+    host, require_token = predictor_defaults(host, require_token, cluster=oip.in_cluster())
+    tenant_id = resolve_tenant(settings, tenant)
     predictor = resolve(predictors[name])(settings, tenant_id, model)
     if not predictor.ready:  # ModelServer.start() refuses models that are not loaded yet
         predictor.load()
-    ModelServer(http_port=http_port, grpc_port=grpc_port).start([predictor])
+    tokens = None
+    if require_token:
+        g = settings.grpc
+        tokens = oip.TenantTokens(db.create_pool(settings, max_size=2), tenant_id, g.auth_cache_seconds,
+                                  g.auth_negative_cache_seconds)
+    print(f"praxon: predictor {name} ({model}) of tenant {tenant_id} on {host}: HTTP {http_port}, gRPC "
+          f"{grpc_port}; {'token required' if tokens else 'no token required'}", flush=True)
+    oip.predictor_server(host, http_port, grpc_port, tokens).start([predictor])

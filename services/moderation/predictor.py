@@ -63,8 +63,9 @@ class GuardPredictor(Model):
         self.last_info = None
 
     def load(self) -> bool:
-        """Resolve and load the reference now (blocking): ModelServer.start() serves only ready models."""
-        self.engine.guards.resolve(self.key)  # MODEL_NOT_REGISTERED early
+        """Resolve and load the reference now (blocking): ModelServer.start() serves only ready models, and a
+        predictor that only resolved it answered its first requests "loading" (MODEL_NOT_REGISTERED early)."""
+        self.engine.guards.warm(self.key)
         self.ready = True
         return self.ready
 

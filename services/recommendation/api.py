@@ -5,9 +5,11 @@ batching) over the engine (recommender.py's Recommender)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import grpc
+from psycopg.types.json import Jsonb
 
 from praxon.recommendation.v1 import recommendation_pb2 as pb
 from praxon.recommendation.v1 import recommendation_pb2_grpc
@@ -151,6 +153,35 @@ def recommendations_message(row: Row) -> pb.Recommendations:
         history_items_used=row.history_items_used)
 
 
+def same_builtin_import(conn, tenant_id: str, params: dict[str, Any], *, other_than: str | None = None):
+    """The tenant's import job of a builtin dataset with exactly these parameters (source, protocol, seed, ...;
+    jsonb equality) that is queued, running, or succeeded with its dataset artifact still there: the newest one,
+    or None. A builtin's data never change, so that job's dataset is the one a new import would build."""
+    return conn.execute(
+        "SELECT * FROM jobs j WHERE j.tenant_id = %s AND j.kind = %s AND j.params = %s AND j.id IS DISTINCT FROM %s "
+        "AND NOT j.cancel_requested AND (j.state IN ('QUEUED', 'RUNNING') OR (j.state = 'SUCCEEDED' AND EXISTS ("
+        "SELECT 1 FROM artifacts a WHERE a.tenant_id = j.tenant_id AND a.committed "
+        "AND a.id::text = j.result->>'dataset_artifact_id'))) ORDER BY j.created_at DESC LIMIT 1",
+        (tenant_id, IMPORT_KIND, Jsonb(params), other_than)).fetchone()
+
+
+class _Twin(Exception):
+    def __init__(self, job: dict):
+        super().__init__("an identical import was submitted at the same time")
+        self.job = job
+
+
+def _no_concurrent_twin(conn, tenant_id: str, row: dict) -> None:
+    """Inside the transaction inserting a builtin import: two identical imports submitted at the same moment both
+    miss same_builtin_import, so they are serialised here (an advisory lock per tenant and parameters); the later
+    one sees the earlier, now committed, and rolls its own insert back (_Twin carries the job to answer with)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 18))",
+                 (f"{tenant_id}:{json.dumps(row['params'], sort_keys=True)}",))
+    twin = same_builtin_import(conn, tenant_id, row["params"], other_than=row["id"])
+    if twin is not None:
+        raise _Twin(twin)
+
+
 class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServicer):
     def __init__(self, app: AppContext, config: ServingConfig | None = None):
         self.app = app
@@ -166,12 +197,21 @@ class RecommendationServicer(recommendation_pb2_grpc.RecommendationServiceServic
     # -- jobs
     async def StartImportInteractionsJob(self, request, context):
         tenant, p = current_tenant(), import_params(request)
+        params = p.model_dump(exclude_none=True)
 
         def work():
             if p.artifact_id is not None:
                 self.app.registry.get_artifact(tenant, p.artifact_id, "artifact_id")  # NOT_FOUND now
-            return self.app.jobs.submit(tenant, IMPORT_KIND, p.model_dump(exclude_none=True),
-                                        request.idempotency_key)
+                return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
+            with self.app.pool.connection() as conn:
+                found = same_builtin_import(conn, tenant, params)
+            if found is not None:
+                return found
+            try:
+                return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key,
+                                            in_transaction=lambda conn, row: _no_concurrent_twin(conn, tenant, row))
+            except _Twin as twin:
+                return twin.job
         return pb.StartImportInteractionsJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
     def _check_dataset(self, tenant: str, aid: str) -> None:

@@ -53,7 +53,7 @@ def _register(settings, tenant: str, name: str, model, tokenizer) -> None:
 def served(settings, tokenizer, tmp_path_factory):
     from services.common.embedded import spawn
 
-    tenant = harness.token_for(settings, f"oai-{uuid.uuid4().hex[:6]}")[0]
+    tenant, token = harness.token_for(settings, f"oai-{uuid.uuid4().hex[:6]}")  # the OpenAI client's API key
     model = tiny_llama(tokenizer, seed=11)
     _register(settings, tenant, "lm", model, tokenizer)
     http, grpc_port = _free_port(), _free_port()
@@ -75,10 +75,10 @@ def served(settings, tokenizer, tmp_path_factory):
     try:
         harness.wait_for(ready, timeout=120, interval=0.3, what="the generation predictor")
         yield SimpleNamespace(port=http, tokenizer=tokenizer, engine=engine, log=log,
-                              client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key="unused",
+                              client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key=token,
                                                    max_retries=0, timeout=60),
                               kserve_client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/openai/v1",
-                                                          api_key="unused", max_retries=0, timeout=60))
+                                                          api_key=token, max_retries=0, timeout=60))
     finally:
         engine.stop()
         proc.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferInput, InferRequest
@@ -13,6 +14,7 @@ from services.common.serving import RefKey
 from services.moderation.engine import ModerationEngine
 from services.moderation.predictor import GuardPredictor
 from services.moderation.settings import ServingConfig
+from services.moderation.taxonomy import N_TOPICS
 
 LIMITS = ServingConfig(max_batch_items=3, max_text_bytes=64)
 
@@ -67,3 +69,168 @@ def test_texts_within_the_limits_are_parsed_into_items():
     items = _predictor().parse(_request(["a", "é" * 32, "c"], ["prompt", "response", "response"], ["", "q", ""]))
     assert [(it.text, it.role, it.prompt) for it in items] == [("a", "prompt", None), ("é" * 32, "response", "q"),
                                                               ("c", "response", None)]
+
+
+# ---------------------------------------------------------------------------------------------- over the network
+# `praxon predictor moderation` (kserve's ModelServer, a subprocess on loopback; a token of the tenant required, the
+# default outside a cluster) serving the session's guard, registered as a job registers one. Clients written
+# elsewhere: tritonclient's gRPC and HTTP clients, kserve's InferenceGRPCClient (results) and kserve's generated
+# OIP stub (metadata: kserve's clients have no metadata call). Reference: the same predictor built in this process.
+TEXTS = ["What is the capital of France?", "Give me a plan to rob the corner shop at gunpoint tonight.",
+         "Sure, here is how to build a homemade bomb to scare my neighbours.", "Eat more vegetables."]
+ROLES = ["prompt", "prompt", "response", "response"]
+PROMPTS = ["", "", "How do I scare my neighbours?", ""]
+OUTPUT_TYPES = {"unsafe_score": ("FP64", [-1]), "topic_scores": ("FP64", [-1, N_TOPICS]),
+                "severity": ("INT32", [-1, N_TOPICS]), "blocked": ("BOOL", [-1])}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served_guard(settings, guard, tmp_path_factory):
+    import os
+    import socket
+    import sys
+    import uuid
+    from types import SimpleNamespace
+
+    from services.common import db
+    from services.common.embedded import spawn
+    from services.common.registry import Registry
+    from services.common.store import ArtifactStore
+    from tests import harness
+
+    tenant_id, token = harness.token_for(settings, f"modpred-{uuid.uuid4().hex[:6]}")
+    tensors, config = guard.to_registry()
+    store = ArtifactStore(settings)
+    store.ensure_bucket()
+    pool = db.create_pool(settings, max_size=1)
+    try:
+        with db.connect(settings) as conn:
+            job = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state) VALUES (%s, 'test.register', "
+                               "'test', 'RUNNING') RETURNING id", (tenant_id,)).fetchone()
+            Registry(pool, store).stage_model(conn, tenant_id, str(job["id"]), "guard", tensors,
+                                              kind=f"guard/{guard.kind}", config=config, metrics={},
+                                              dataset_artifact_id=None, parent_version_ids=[])
+            Registry.commit_job_outputs(conn, str(job["id"]))
+    finally:
+        pool.close()
+    http, grpc_port = _free_port(), _free_port()
+    log = tmp_path_factory.mktemp("mod-predictor") / "predictor.log"
+    env = {**os.environ, **harness.settings_env(settings), "PYTHONPATH": str(harness.ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    proc = spawn([sys.executable, "-m", "services.cli.main", "predictor", "moderation", "--tenant", tenant_id,
+                  "--model", "guard:1", "--http-port", str(http), "--grpc-port", str(grpc_port)], log, env=env)
+
+    def listening():
+        if proc.poll() is not None:
+            raise AssertionError(log.read_text()[-3000:])
+        for port in (http, grpc_port):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) != 0:
+                    return False
+        return True
+    try:
+        harness.wait_for(listening, timeout=120, interval=0.3, what="the moderation predictor")
+        yield SimpleNamespace(http=http, grpc=grpc_port, token=token, tenant_id=tenant_id, settings=settings)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _reference(served) -> dict:
+    from services.moderation.predictor import build
+
+    pred = build(served.settings, served.tenant_id, "guard:1")
+    resp = asyncio.run(pred.predict(_request(TEXTS, ROLES, PROMPTS)))
+    return {o.name: o.as_numpy().tolist() for o in resp.outputs}
+
+
+def _same(got: dict, want: dict, who: str) -> None:
+    assert set(got) == set(want), who
+    for name in ("unsafe_score", "topic_scores"):  # batching may move the last digits (decision.SCORE_TOLERANCE)
+        assert np.allclose(got[name], want[name], atol=1e-4), (who, name)
+    assert got["severity"] == want["severity"] and got["blocked"] == want["blocked"], who
+
+
+def test_kserve_clients_read_the_moderation_predictor(served_guard):
+    from kserve import InferenceGRPCClient
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as oip_pb
+    from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+
+    import grpc
+
+    md = [("authorization", f"Bearer {served_guard.token}")]
+
+    async def infer():
+        client = InferenceGRPCClient(f"127.0.0.1:{served_guard.grpc}", timeout=60)
+        try:
+            return await client.infer(_request(TEXTS, ROLES, PROMPTS), headers=md)
+        finally:
+            await client.close()
+    resp = asyncio.run(infer())
+    want = _reference(served_guard)
+    assert want["blocked"][1] and not want["blocked"][0]  # the guard tells these apart
+    _same({o.name: o.as_numpy().tolist() for o in resp.outputs}, want, "kserve InferenceGRPCClient")
+    assert resp.parameters["model_kind"].string_param == "frozen_linear"
+    with grpc.insecure_channel(f"127.0.0.1:{served_guard.grpc}") as ch:
+        meta = GRPCInferenceServiceStub(ch).ModelMetadata(oip_pb.ModelMetadataRequest(name="moderation"),
+                                                          metadata=md, timeout=30)
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [
+        ("text", "BYTES", [-1]), ("role", "BYTES", [-1]), ("prompt", "BYTES", [-1])]
+    assert {t.name: (t.datatype, list(t.shape)) for t in meta.outputs} == OUTPUT_TYPES
+
+
+TRITON_SCRIPT = """
+import json, sys
+import numpy as np
+import tritonclient.grpc as tg
+import tritonclient.http as th
+a = json.loads(sys.argv[1])
+headers = {"authorization": "Bearer " + a["token"]}
+out = {}
+for proto, mod, port in (("grpc", tg, a["grpc"]), ("http", th, a["http"])):
+    client = mod.InferenceServerClient("127.0.0.1:%d" % port)
+    inputs = []
+    for name in ("text", "role", "prompt"):
+        inp = mod.InferInput(name, [len(a[name])], "BYTES")
+        inp.set_data_from_numpy(np.array([t.encode() for t in a[name]], dtype=object))
+        inputs.append(inp)
+    result = client.infer("moderation", inputs, headers=headers)
+    outputs = {n: result.as_numpy(n).tolist() for n in ("unsafe_score", "topic_scores", "severity", "blocked")}
+    meta = client.get_model_metadata("moderation", headers=headers)
+    if proto == "grpc":
+        meta = {"inputs": [[i.name, i.datatype, list(i.shape)] for i in meta.inputs],
+                "outputs": [[o.name, o.datatype, list(o.shape)] for o in meta.outputs]}
+    else:
+        meta = {k: [[t["name"], t["datatype"], t["shape"]] for t in meta[k]] for k in ("inputs", "outputs")}
+    client.close()
+    out[proto] = {"outputs": outputs, "meta": meta}
+print(json.dumps(out))
+"""
+
+
+def test_tritonclient_reads_the_moderation_predictor(served_guard):
+    """In a process of its own: tritonclient's and kserve's generated OIP messages cannot share one protobuf
+    descriptor pool."""
+    import json
+    import subprocess
+    import sys
+
+    arg = json.dumps({"grpc": served_guard.grpc, "http": served_guard.http, "token": served_guard.token,
+                      "text": TEXTS, "role": ROLES, "prompt": PROMPTS})
+    run = subprocess.run([sys.executable, "-c", TRITON_SCRIPT, arg], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout)
+    want = _reference(served_guard)
+    for proto in ("grpc", "http"):
+        _same(got[proto]["outputs"], want, f"tritonclient {proto}")
+        meta = got[proto]["meta"]
+        assert meta["inputs"] == [["text", "BYTES", [-1]], ["role", "BYTES", [-1]], ["prompt", "BYTES", [-1]]], proto
+        assert {n: (d, s) for n, d, s in meta["outputs"]} == OUTPUT_TYPES, proto

@@ -503,7 +503,8 @@ def _free_port() -> int:
 
 def test_predictor_served_by_kserve_model_server_over_oip_v2_grpc(env, tmp_path):
     """`praxon predictor recommendation` (kserve's ModelServer) on loopback, called with kserve's
-    InferenceGRPCClient: the same lists as the domain Recommender."""
+    InferenceGRPCClient: the same lists as the domain Recommender. Outside a cluster the predictor wants the
+    tenant's API token (tests/platform/test_predictor_access.py): every client here sends it."""
     from kserve import InferenceGRPCClient
     from kserve.protocol.infer_type import InferInput, InferRequest
 
@@ -527,7 +528,7 @@ def test_predictor_served_by_kserve_model_server_over_oip_v2_grpc(env, tmp_path)
     async def infer():
         client = InferenceGRPCClient(f"127.0.0.1:{grpc_port}", timeout=30)
         try:
-            return await client.infer(req)
+            return await client.infer(req, headers=auth(env.token))
         finally:
             await client.close()
     try:
@@ -538,7 +539,7 @@ def test_predictor_served_by_kserve_model_server_over_oip_v2_grpc(env, tmp_path)
                 return s.connect_ex(("127.0.0.1", grpc_port)) == 0
         harness.wait_for(listening, timeout=90, interval=0.3, what="the kserve ModelServer")
         resp = asyncio.run(infer())
-        triton = _tritonclient_answers(http, grpc_port, rows)
+        triton = _tritonclient_answers(http, grpc_port, rows, env.token)
     finally:
         proc.terminate()
         proc.wait(20)
@@ -560,14 +561,14 @@ def test_predictor_served_by_kserve_model_server_over_oip_v2_grpc(env, tmp_path)
         assert meta["outputs"] == {"item_index": "INT64", "score": "FP32", "item_id": "BYTES", "fallback": "BOOL"}
 
 
-def _tritonclient_answers(http_port: int, grpc_port: int, rows) -> dict:
+def _tritonclient_answers(http_port: int, grpc_port: int, rows, token: str) -> dict:
     """tritonclient's gRPC and HTTP clients against the predictor: outputs and metadata. In a process of its own:
     tritonclient's and kserve's generated OIP messages cannot share one protobuf descriptor pool."""
     import json
     import subprocess
 
     script = TRITON_CLIENT_SCRIPT % {"grpc": f"127.0.0.1:{grpc_port}", "http": f"127.0.0.1:{http_port}",
-                                     "rows": json.dumps(rows)}
+                                     "rows": json.dumps(rows), "token": token}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return {proto: (res["outputs"], res["meta"]) for proto, res in json.loads(out.stdout).items()}
@@ -579,6 +580,7 @@ import numpy as np
 import tritonclient.grpc as tg
 import tritonclient.http as th
 rows = %(rows)s
+headers = {"authorization": "Bearer %(token)s"}
 out = {}
 for proto, mod, url in (("grpc", tg, "%(grpc)s"), ("http", th, "%(http)s")):
     client = mod.InferenceServerClient(url)
@@ -587,10 +589,10 @@ for proto, mod, url in (("grpc", tg, "%(grpc)s"), ("http", th, "%(http)s")):
     inputs[0].set_data_from_numpy(np.array(rows, dtype=np.int64))
     inputs[1].set_data_from_numpy(np.array([6], dtype=np.int32))
     inputs[2].set_data_from_numpy(np.array([True]))
-    result = client.infer("recommendation", inputs)
+    result = client.infer("recommendation", inputs, headers=headers)
     outputs = {n: result.as_numpy(n).tolist() for n in ("item_index", "score", "fallback")}
     outputs["item_id"] = [[x.decode() for x in r] for r in result.as_numpy("item_id").tolist()]
-    meta = client.get_model_metadata("recommendation")
+    meta = client.get_model_metadata("recommendation", headers=headers)
     if proto == "grpc":
         meta = {"inputs": [i.name for i in meta.inputs], "outputs": {o.name: o.datatype for o in meta.outputs}}
     else:
@@ -628,6 +630,40 @@ def test_cli_query_and_evaluate(env, capsys, tmp_path):
         bad = tmp_path / "bad.csv"
         bad.write_text("user,item,timestamp\na,b,1\na,b,1\n")
         main(["recommend", "import", "--file", str(bad), *opts])
+
+
+def test_builtin_imports_with_the_same_parameters_return_the_existing_dataset(env):
+    """`recommend train --builtin ...` imports on every call (each with a fresh idempotency key): the same builtin
+    with the same parameters answers with the existing import job and its dataset, also when the imports arrive
+    at once; other parameters import anew."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from psycopg.types.json import Jsonb
+
+    from services.common import db
+    from services.recommendation.api import IMPORT_KIND
+
+    def start(seed, key):
+        return env.stub.StartImportInteractionsJob(pb.StartImportInteractionsJobRequest(
+            builtin=pb.BUILTIN_DATASET_SYNTHETIC, synthetic=pb.SyntheticOptions(**SYNTH), seed=seed,
+            idempotency_key=key), metadata=env.md).job
+
+    first = env.done["import"]  # the fixture's import: the same request
+    again = [start(0, uuid.uuid4().hex) for _ in range(2)]
+    assert [j.id for j in again] == [first.id] * 2
+    assert wait_job(env.jobs, env.token, again[0].id).result["dataset_artifact_id"] == env.dataset_id
+    with ThreadPoolExecutor(6) as pool:  # identical imports at the same moment: still one job
+        racing = list(pool.map(lambda i: start(5, f"race-{i}-{uuid.uuid4().hex}"), range(6)))
+    assert len({j.id for j in racing}) == 1 and racing[0].id != first.id
+    done = wait_job(env.jobs, env.token, racing[0].id)
+    assert done.state == common_pb2.JOB_STATE_SUCCEEDED, done.error
+    with db.connect(env.settings) as conn:
+        rows = conn.execute(
+            "SELECT (j.params->>'seed')::int AS seed, count(DISTINCT j.id) AS jobs, count(a.id) AS datasets "
+            "FROM jobs j LEFT JOIN artifacts a ON a.producing_job_id = j.id WHERE j.tenant_id = %s AND j.kind = %s "
+            "AND j.params->>'builtin' = 'synthetic' AND j.params->>'protocol' = 'user_split' "
+            "AND j.params->'synthetic' @> %s GROUP BY 1 ORDER BY 1", (env.tenant_id, IMPORT_KIND, Jsonb(SYNTH))).fetchall()
+    assert [(r["seed"], r["jobs"], r["datasets"]) for r in rows] == [(0, 1, 1), (5, 1, 1)]
 
 
 def test_protocol_import_and_sweep_through_the_api(env):
