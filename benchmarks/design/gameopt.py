@@ -10,7 +10,10 @@ they differ: 0 instead of -inf for infeasible sequences, numpy draws).
     .venv/bin/python benchmarks/design/gameopt.py --seeds 3 --budget 50 --sizes 20x12x2x4 --rounds 100
 
 Sizes are STATESxLENGTHxMOTIFSxMOTIF_LENGTH. Methods: gameopt_hedge, gameopt_best_response, random, mutation, ga,
-gp_ucb_pool, local_search (BoTorch's discrete local search on the same UCB)."""
+gp_ucb_pool, local_search (BoTorch's discrete local search on the same UCB). As in holo-bench, no method is told the
+function's banned transitions (the feasible set is unknown; an infeasible sequence scores 0); GameOpt and the
+surrogate-based baselines search within --trust-radius substitutions of the best observed sequence (0: no trust
+region). The `feasible` column is the share of suggested sequences (not the initial ones) that are feasible."""
 from __future__ import annotations
 
 import argparse
@@ -38,22 +41,28 @@ def main(argv=None) -> None:
     ap.add_argument("--n-init", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=400, help="Hedge rounds per game")
     ap.add_argument("--games", type=int, default=0, help="games per batch (0: one per suggestion)")
+    ap.add_argument("--trust-radius", type=int, default=2,
+                    help="Hamming trust region around the best observed sequence for GameOpt and the surrogate-based "
+                         "baselines (0: none)")
     ap.add_argument("--csv", help="also write the rows here")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     cfg = GameOptConfig(rounds=args.rounds, games=args.games)
-    checkpoints = [c for c in CHECKPOINTS if c <= args.budget] or [args.budget]
+    radius = args.trust_radius or None
+    # the initial sequences' best (every method's starting point), the issue's checkpoints, and the budget
+    checkpoints = sorted({min(args.n_init, args.budget), args.budget} | {c for c in CHECKPOINTS if c < args.budget})
     rows = []
     print(f"{'function':>16} {'method':>22} " + " ".join(f"{'best@' + str(c):>18}" for c in checkpoints)
-          + f" {'s/batch':>8} {'optimum hit':>11}")
+          + f" {'s/batch':>8} {'optimum hit':>11} {'feasible':>8}")
     for size in args.sizes.split(","):
         v, L, c, k = (int(x) for x in size.split("x"))
         for method in args.methods.split(","):
             traces = []
             for seed in range(args.seeds):
                 f = Ehrlich(num_states=v, length=L, num_motifs=c, motif_length=k, seed=seed)
-                traces.append(run_loop(f, method, args.budget, args.batch_size, seed, n_init=args.n_init, config=cfg))
+                traces.append(run_loop(f, method, args.budget, args.batch_size, seed, n_init=args.n_init, config=cfg,
+                                       trust_radius=radius))
             cells = []
             row = {"function": f"ehrlich-{size}", "method": method, "seeds": args.seeds}
             for cp in checkpoints:
@@ -63,10 +72,13 @@ def main(argv=None) -> None:
                 row.update({f"median@{cp}": med, f"q1@{cp}": q1, f"q3@{cp}": q3})
             secs = np.concatenate([t.batch_seconds for t in traces]) if traces else np.zeros(1)
             hit = np.mean([t.best_after(args.budget) >= 1.0 for t in traces])
-            row.update({"seconds_per_batch": float(np.mean(secs)), "optimum_rate": float(hit)})
+            feas = float(np.mean(np.concatenate([t.suggested_feasible for t in traces]))) \
+                if any(t.suggested_feasible for t in traces) else float("nan")
+            row.update({"seconds_per_batch": float(np.mean(secs)), "optimum_rate": float(hit), "feasible_share": feas,
+                        "trust_radius": radius or 0})
             rows.append(row)
             print(f"{'ehrlich-' + size:>16} {method:>22} " + " ".join(f"{x:>18}" for x in cells)
-                  + f" {np.mean(secs):>8.2f} {hit:>11.0%}", flush=True)
+                  + f" {np.mean(secs):>8.2f} {hit:>11.0%} {feas:>8.0%}", flush=True)
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=sorted({k for r in rows for k in r}))

@@ -15,7 +15,7 @@ from services.common.jobcontext import InMemoryJobContext
 from services.design.gameopt.games import Players, best_response, hedge
 from services.design.gameopt.gp import Surrogate
 from services.design.gameopt.jobs import run_suggestion
-from services.design.gameopt.optimizer import GameOpt, GameOptConfig, run_loop, suggest_baseline
+from services.design.gameopt.optimizer import GameOpt, GameOptConfig, run_loop, suggest_baseline, trust_region
 from services.design.gameopt.oracles import Ehrlich, ExhaustiveLandscape
 from services.design.gameopt.space import SequenceSpace
 
@@ -226,6 +226,52 @@ def test_suggestion_job_resumes_after_a_kill_and_returns_the_same_batch():
     assert games_run == ["game 3/4", "game 4/4"]  # only the games not done before the kill ran again
     seqs = [s["sequence"] for s in whole["suggestions"]]
     assert len(seqs) == 4 and all(not space.violations(s) for s in seqs)
+
+
+@pytest.mark.parametrize("method", ["gameopt_hedge", "gameopt_best_response", "gp_ucb_pool", "local_search"])
+def test_trust_region_keeps_every_suggestion_within_the_radius_of_the_best_observed_sequence(method):
+    space = SequenceSpace("ACDEFGHIK", 6, forbidden=("AC", "KK"))
+    rng = np.random.default_rng(3)
+    X = space.sample_feasible(rng, 12)
+    y = rng.standard_normal(len(X))
+    best = X[int(np.argmax(y))]
+    if method.startswith("gameopt_"):
+        cfg = GameOptConfig(solver=method.removeprefix("gameopt_"), rounds=20, tail=10, games=3, trust_radius=2)
+        out = [s.sequence for s in GameOpt(space, X, y, 5, cfg, seed=0).suggest()]
+    else:
+        out = suggest_baseline(method, space, X, y, 5, seed=0, trust_radius=2, pool_size=200)
+    S = np.array(out, dtype=np.int64).reshape(-1, space.length)
+    assert len(S) == 5 and len({s.tobytes() for s in S}) == 5
+    assert ((S != best).sum(-1) <= 2).all(), (S != best).sum(-1)
+    assert space.feasible(S).all()
+    assert not {s.tobytes() for s in S} & {x.tobytes() for x in X}
+
+
+def test_a_campaign_with_its_own_edit_bound_keeps_it_instead_of_the_trust_region():
+    space = SequenceSpace("ACDE", 5, parents=("AAAAA",), max_edits=3)
+    X = np.array([[0, 1, 2, 0, 0], [0, 0, 0, 0, 3]])
+    assert trust_region(space, X, np.array([1.0, 0.0]), 1) is space
+    free = SequenceSpace("ACDE", 5)
+    cut = trust_region(free, X, np.array([1.0, 0.0]), 1)
+    assert cut.parents == ("ACDAA",) and cut.max_edits == 1
+    assert trust_region(free, X, np.array([1.0, 0.0]), None) is free
+
+
+def test_on_an_ehrlich_function_whose_feasible_set_is_unknown_gameopt_suggestions_are_mostly_feasible():
+    """Issue 13: with the feasible set unknown (holo-bench's setting: the optimizer sees values only, 0 when a banned
+    transition occurs), GameOpt's UCB equilibria over the whole space were 0-20% feasible on Ehrlich 20x32x2x4
+    (about 0.85**31 of uniform sequences are); within 2 substitutions of the best observed sequence about half are.
+    Both solvers, 3 seeds (each its own function), 10 DMP initial sequences, one batch of 6."""
+    feasible = {"hedge": [], "best_response": []}
+    for seed in range(3):
+        f = Ehrlich(num_states=20, length=32, num_motifs=2, motif_length=4, seed=seed)
+        X = f.initial_solution(10, np.random.default_rng(seed))
+        space = SequenceSpace(f.alphabet, f.length)
+        for solver in feasible:
+            cfg = GameOptConfig(solver=solver, rounds=20, tail=10, games=2, trust_radius=2)
+            batch = GameOpt(space, X, f(X), 6, cfg, seed=seed).suggest()
+            feasible[solver] += list(f.feasible(np.array([s.sequence for s in batch])))
+    assert all(np.mean(v) >= 0.4 for v in feasible.values()), {k: np.mean(v) for k, v in feasible.items()}
 
 
 def test_quality_gameopt_beats_random_search_and_the_ga_on_a_small_ehrlich_function():

@@ -17,11 +17,15 @@ Baselines (same space, same constraints, same surrogate where they use one):
   UCB takes beta as the variance weight, so beta**2 is passed to get mu + beta sigma; the batch version
   qUpperConfidenceBound, which the q > 1 local search needs for its pending points); its answers are then repaired
   onto the campaign's constraints (BoTorch knows only each site's allowed letters).
+Trust region (`GameOptConfig.trust_radius`, `suggest_baseline(trust_radius=)`, `run_loop(trust_radius=)`; off by
+default): GameOpt and the surrogate-based baselines search only within that many substitutions of the best observed
+sequence (see `trust_region`); the benchmark harness turns it on because its Ehrlich functions' feasible set is
+unknown to the optimizers, as in holo-bench.
 Direction: observations are negated for minimisation before any of this, so every method maximises."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -55,6 +59,27 @@ class GameOptConfig:
     kernel: str = "onehot"
     noise_std: float | None = None
     min_observations: int = 2
+    trust_radius: int | None = None  # see trust_region; None: the whole campaign space
+
+
+def trust_region(space: SequenceSpace, X: np.ndarray, y: np.ndarray, radius: int | None) -> SequenceSpace:
+    """The campaign space cut down to sequences within `radius` substitutions of the best observed one (a Hamming
+    trust region, as CASMOPOLITAN's for categorical BO). Why: when the feasible set is unknown to the optimizer (an
+    Ehrlich function's banned transitions, as holo-bench poses it: the optimizer sees only the values, 0 for an
+    infeasible sequence) a UCB maximum far from the data is almost always infeasible, while a few edits of a feasible
+    sequence usually stay feasible. It reuses the campaign's own edit-distance constraint, so the games, the fills and
+    `repair` honour it unchanged; a campaign that already bounds the edits from its parents keeps its own bound (one
+    centre only). Simplification: a fixed radius, not CASMOPOLITAN's success/failure-driven resizing."""
+    if radius is not None and radius < 1:
+        raise ValueError("trust_radius must be >= 1")
+    if radius is None or not len(y) or (space.max_edits is not None and len(space.parent_array)):
+        return space
+    X = np.atleast_2d(np.asarray(X, dtype=np.int64))
+    ok = np.flatnonzero(space.feasible(X))
+    if not len(ok):
+        return space
+    best = X[ok[int(np.argmax(np.asarray(y)[ok]))]]
+    return replace(space, parents=(space.decode(best),), max_edits=int(radius))
 
 
 def _dedupe_rows(X: np.ndarray) -> np.ndarray:
@@ -94,6 +119,8 @@ class GameOpt:
         self.X = np.atleast_2d(np.asarray(self.X, dtype=np.int64)).reshape(-1, self.space.length)
         self.y = np.asarray(self.y, dtype=np.float64).reshape(-1)
         self.players = Players.of(self.space, self.config.group_size)
+        if not self.cold:
+            self.space = trust_region(self.space, self.X, self.y, self.config.trust_radius)
 
     @property
     def cold(self) -> bool:
@@ -199,10 +226,14 @@ def _unseen(space: SequenceSpace, cands, observed: set[bytes], n: int, rng) -> l
 
 
 def suggest_baseline(method: str, space: SequenceSpace, X: np.ndarray, y: np.ndarray, n: int, seed: int,
-                     beta: float = 2.0, pool_size: int = 2000) -> list[np.ndarray]:
+                     beta: float = 2.0, pool_size: int = 2000, trust_radius: int | None = None) -> list[np.ndarray]:
+    """`trust_radius` (see trust_region) applies to the surrogate-based baselines, as to GameOpt; random search,
+    mutation and the GA keep their own proposal distributions."""
     rng = np.random.default_rng([seed, 7])
     X = np.atleast_2d(np.asarray(X, dtype=np.int64)).reshape(-1, space.length)
     y = np.asarray(y, dtype=np.float64)
+    if method in ("gp_ucb_pool", "local_search") and len(y) >= 2 and float(np.ptp(y)) > 0:
+        space = trust_region(space, X, y, trust_radius)
     observed = {x.tobytes() for x in X}
     out: list[np.ndarray] = []
     if method == "random" or len(y) < 2:
@@ -264,38 +295,46 @@ class Trace:
     method: str
     values: list[float]  # every evaluation, in order
     batch_seconds: list[float]
+    # of the suggested (not initial) sequences, which the oracle counts feasible (oracles with a feasible set only)
+    suggested_feasible: list[bool] = field(default_factory=list)
 
     def best_after(self, n: int) -> float:
         return float(np.max(self.values[:n])) if self.values else float("nan")
 
 
 def run_loop(oracle, method: str, budget: int, batch_size: int, seed: int, n_init: int = 10,
-             config: GameOptConfig | None = None) -> Trace:
+             config: GameOptConfig | None = None, trust_radius: int | None = None) -> Trace:
     """Evaluate `budget` sequences of the oracle: n_init initial ones, then batches from `method`. The initial ones
     come from the oracle's own feasible set where it has one (Ehrlich: DMP samples, as holo-bench starts its
     optimisers; uniform sequences of length 32 are almost all infeasible, value 0), else uniformly at random. Every
-    method gets the same initial sequences for a seed."""
+    method gets the same initial sequences for a seed. The oracle's feasible set is not given to the methods (as in
+    holo-bench, whose optimizers get the vocabulary only and see infeasible sequences score -inf; here 0);
+    `trust_radius` (see trust_region), when set, bounds GameOpt and the surrogate-based baselines alike."""
     space = SequenceSpace(oracle.alphabet, oracle.length)
     rng = np.random.default_rng([seed, 3])
     n0 = min(n_init, budget)
     X = oracle.initial_solution(n0, rng) if hasattr(oracle, "initial_solution") else space.sample_feasible(rng, n0)
     y = oracle(X)
     times: list[float] = []
+    feasible: list[bool] = []
     r = 0
     while len(y) < budget:
         n = min(batch_size, budget - len(y))
         t0 = time.perf_counter()
         if method.startswith("gameopt_"):
             cfg = config or GameOptConfig()
-            cfg = GameOptConfig(**{**cfg.__dict__, "solver": method.removeprefix("gameopt_")})
+            cfg = GameOptConfig(**{**cfg.__dict__, "solver": method.removeprefix("gameopt_"),
+                                   "trust_radius": trust_radius if trust_radius is not None else cfg.trust_radius})
             batch = [s.sequence for s in GameOpt(space, X, y, n, cfg, seed=seed * 1000 + r).suggest()]
         else:
-            batch = suggest_baseline(method, space, X, y, n, seed * 1000 + r)
+            batch = suggest_baseline(method, space, X, y, n, seed * 1000 + r, trust_radius=trust_radius)
         times.append(time.perf_counter() - t0)
         B = np.array(batch, dtype=np.int64).reshape(-1, space.length)
         if not len(B):
             break
         X = np.concatenate([X, B])
         y = np.concatenate([y, oracle(B)])
+        if hasattr(oracle, "feasible"):
+            feasible += [bool(v) for v in oracle.feasible(B)]
         r += 1
-    return Trace(method, [float(v) for v in y], times)
+    return Trace(method, [float(v) for v in y], times, feasible)
