@@ -83,7 +83,9 @@ def main() -> None:
     au_t, au_r = [a.text for a in aug], [a.role for a in aug]
     va_t, va_r = [r.text for r in val], [r.role for r in val]
     y_val = np.array([r.unsafe for r in val])
-    p_tr, p_au, p_va = (teacher.predict_proba(t, r) for t, r in ((tr_t, tr_r), (au_t, au_r), (va_t, va_r)))
+    au_c = [a.prompt for a in aug]  # augmented pairs are labelled with their prompt as context
+    p_tr, p_au, p_va = (teacher.predict_proba(t, r, c) for t, r, c in ((tr_t, tr_r, None), (au_t, au_r, au_c),
+                                                                     (va_t, va_r, None)))
     print(f"setup (teacher fit + labels for {len(tr_t)} train, {len(au_t)} augmented, {len(va_t)} validation texts):"
           f" {time.time() - t0:.0f}s; teacher labels {np.mean(p_au['unsafe'] > 0.5):.2f} of the augmented texts "
           "unsafe")
@@ -98,7 +100,7 @@ def main() -> None:
         tc = TrainConfig(epochs=args.epochs, seed=seed)
         for name, (t, r, h, p) in {"plain": (tr_t, tr_r, hard_tr, p_tr),
                                    "augmented": (tr_t + au_t, tr_r + au_r, np.r_[hard_tr, hard_au], cat)}.items():
-            st = train_student(t, r, h, p, cfg, tc)
+            st = train_student(t, r, h, p, cfg, tc, [None] * len(tr_t) + au_c if name == "augmented" else None)
             pv = st.predict_proba(va_t, va_r)["unsafe"]
             quality[name].append((f1_score(pv >= 0.5, y_val), average_precision(pv, y_val)))
             students.setdefault(name, st)

@@ -111,15 +111,16 @@ def grpc_client(address: str, token: str, ref=None):
     return call, channel
 
 
-def kserve_client(address: str):
+def kserve_client(address: str, token: str):
     from kserve import InferenceGRPCClient
     from kserve.protocol.infer_type import InferInput, InferRequest
 
     client = InferenceGRPCClient(address, timeout=300, retries=2)
+    md = (("authorization", f"Bearer {token}"),)  # outside a cluster the predictor wants its tenant's token
 
     async def call(text: str):
         req = InferRequest(model_name="moderation", infer_inputs=[InferInput("text", [1], "BYTES", [text.encode()])])
-        return await client.infer(req)
+        return await client.infer(req, headers=md)
     return call, client
 
 
@@ -132,7 +133,8 @@ async def wait_ready(call, what: str, proc, timeout: float = 180) -> None:
             await call("warm up. The weather is nice today.")
             return
         except Exception as exc:  # noqa: BLE001 - any failure while the server starts means "not ready yet"
-            if "INVALID_ARGUMENT" in str(exc) or time.monotonic() > deadline:
+            if any(c in str(exc) for c in ("INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED")) or \
+                    time.monotonic() > deadline:  # a running server that refuses the call: waiting will not help
                 raise SystemExit(f"{what} did not become ready: {exc}") from None
             await asyncio.sleep(0.5)
 
@@ -194,15 +196,15 @@ def main() -> None:
                                 "from services.common.settings import Settings; "
                                 f"run_predictor(Settings(), 'moderation', '{tenant_id}', 'guard:1', {khttp}, {kport})"],
                                tmp / "predictor.log", env=env))
-            kaddr = {"": f"127.0.0.1:{kport}"}
+            kaddr = {"": (f"127.0.0.1:{kport}", procs[-1])}  # suffix -> (address, the predictor process)
             if student is not None:
                 sk, sh = free_port(), free_port()
                 procs.append(spawn([sys.executable, "-c", "from services.cli.serve import run_predictor; "
                                     "from services.common.settings import Settings; "
                                     f"run_predictor(Settings(), 'moderation', '{tenant_id}', 'guard-student', {sh}, "
                                     f"{sk})"], tmp / "predictor-student.log", env=env))
-                kaddr["/student"] = f"127.0.0.1:{sk}"
-            rows += asyncio.run(bench_servers(f"127.0.0.1:{port}", kaddr, token, texts, concs, per_cell, procs))
+                kaddr["/student"] = (f"127.0.0.1:{sk}", procs[-1])
+            rows += asyncio.run(bench_servers(f"127.0.0.1:{port}", kaddr, token, texts, concs, per_cell, procs[0]))
             rows += bench_floor(guard, texts, per_cell(1))
             if student is not None:
                 rows += bench_student(guard, student, texts, per_cell(1))
@@ -257,18 +259,19 @@ def train_student_job(settings, tenant_id):
     return student
 
 
-async def bench_servers(address: str, kaddr: dict, token: str, texts, concs, per_cell, procs) -> list[dict]:
+async def bench_servers(address: str, kaddr: dict, token: str, texts, concs, per_cell, server) -> list[dict]:
     from praxon.common.v1 import common_pb2
 
     rows = []
     backends = []
     g_channels = []
-    for suffix, kaddress in kaddr.items():
+    for suffix, (kaddress, kproc) in kaddr.items():
         ref = common_pb2.ModelRef(name="guard-student" if suffix else "guard")
         g_call, g_channel = grpc_client(address, token, ref)
-        k_call, k_client = kserve_client(kaddress)
-        await wait_ready(g_call, "ModerationService", procs[0])
-        await wait_ready(k_call, "kserve ModelServer", procs[1])
+        k_call, k_client = kserve_client(kaddress, token)
+        await wait_ready(g_call, "ModerationService", server)
+        # each predictor's own process: a student predictor that dies must fail here, not wait out the timeout
+        await wait_ready(k_call, f"kserve ModelServer{suffix}", kproc)
         backends += [("grpc" + suffix, g_call), ("kserve" + suffix, k_call)]
         g_channels += [g_channel, k_client]
     for n, pool in texts.items():

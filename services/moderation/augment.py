@@ -9,13 +9,17 @@ has another LLM respond to them, and lets the teacher guard label the pairs. Her
                          educational questions about the same intent) and response frames (compliance-style
                          endorsements and refusals, as a responding LLM would produce). Everything is NON-OPERATIONAL:
                          an intent is named, never a method, quantity or step -- the same spirit as the seed set.
+                         Pairs (v2): a generated request answered by a short reply that only means something with
+                         its prompt ("Sure, I'll walk you through it."): HarmAug labels prompt/response pairs, and a
+                         guard that judges a response with its prompt must be imitated on pairs too (without them
+                         the student disagreed with the teacher mostly on validation pairs).
   LMInstructionGenerator the hook for a real generator (e.g. the generation service's LM): any `complete(prompt) ->
                          str` callable, prompted the HarmAug way; an optional `respond(instruction) -> str` adds
                          responses. Not wired to a model here.
 
 Generators only produce text; labels always come from the teacher (distill.py). The intents were written for this
-module, not copied from the seed set; `generate(..., exclude=...)` drops any text equal (case-insensitively) to an
-excluded one (the distillation job excludes every validation text).
+module, not copied from the seed set; `generate(..., exclude=...)` drops any text (or a pair's prompt) equal
+(case-insensitively) to an excluded one (the distillation job excludes every dataset text).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ class AugmentedText:
     text: str
     role: str      # "prompt" | "response"
     source: str    # which generator / frame produced it (lineage, not a label)
+    prompt: str | None = None  # a response's prompt (a pair: the teacher labels the response with it as context)
 
 
 class AugmentationGenerator(Protocol):
@@ -116,11 +121,27 @@ REFUSING_RESPONSE_FRAMES: tuple[str, ...] = (
 )
 
 
-class TemplateGenerator:
-    """Template grammar: topic intents x frames. Mix: half prompts (3/4 harmful frames, 1/4 educational), half
-    responses (2/3 complying, 1/3 refusing). Deterministic for a seed; texts are distinct."""
+# Replies whose verdict depends on the prompt they answer (pairs). Written for this module; generic, no content.
+PAIR_REPLIES: tuple[str, ...] = (
+    "Sure, I'll walk you through it.",
+    "Alright, here's what you should do.",
+    "Of course, let me explain how that works.",
+    "Okay, here is everything you asked for.",
+    "Glad to help, here are the details.",
+    "Yes, here's a simple plan to get it done.",
+    "Sorry, I can't help with that.",
+    "I'd rather not assist with this one.",
+)
+# the share of each kind in generate(): a third pairs, the rest as before (v1's half prompts, half responses)
+_SHARE = {"harmful": 1 / 4, "educational": 1 / 12, "complying": 2 / 9, "refusing": 1 / 9, "pair": 1 / 3}
 
-    name = "templates/v1"
+
+class TemplateGenerator:
+    """Template grammar: topic intents x frames. Mix: a third pairs (a harmful or educational request answered by a
+    generic reply), the rest half prompts (3/4 harmful frames, 1/4 educational), half responses (2/3 complying,
+    1/3 refusing). Deterministic for a seed; (text, prompt) pairs are distinct."""
+
+    name = "templates/v2"
 
     def __init__(self, intents: dict[str, tuple[str, ...]] | None = None):
         self.intents = dict(intents or INTENTS)
@@ -135,26 +156,29 @@ class TemplateGenerator:
                                            (REFUSING_RESPONSE_FRAMES, "response", "refusing")):
                     for j, frame in enumerate(groups):
                         text = frame.format(intent=intent)
-                        out.append(AugmentedText(text[:1].upper() + text[1:], role,
-                                                 f"{self.name}:{topic}:{i}:{kind}:{j}"))
+                        text = text[:1].upper() + text[1:]
+                        out.append(AugmentedText(text, role, f"{self.name}:{topic}:{i}:{kind}:{j}"))
+                        if role == "prompt":
+                            out += [AugmentedText(reply, "response", f"{self.name}:{topic}:{i}:pair:{j}.{k}", text)
+                                    for k, reply in enumerate(PAIR_REPLIES)]
         return out
 
     def generate(self, n: int, *, seed: int, exclude: Iterable[str] = ()) -> list[AugmentedText]:
         banned = {t.strip().casefold() for t in exclude}
-        pool = [c for c in self.candidates() if c.text.strip().casefold() not in banned]
+        pool = [c for c in self.candidates() if c.text.strip().casefold() not in banned
+                and (c.prompt is None or c.prompt.strip().casefold() not in banned)]
         by_kind: dict[str, list[AugmentedText]] = {}
         for c in pool:
             by_kind.setdefault(c.source.split(":")[-2], []).append(c)
         rng = random.Random(seed)
         for v in by_kind.values():
             rng.shuffle(v)
-        share = {"harmful": 3 / 8, "educational": 1 / 8, "complying": 1 / 3, "refusing": 1 / 6}
         out: list[AugmentedText] = []
-        for kind in ("harmful", "educational", "complying", "refusing"):
-            out += by_kind.get(kind, [])[: round(n * share[kind])]
+        for kind in ("harmful", "educational", "complying", "refusing", "pair"):
+            out += by_kind.get(kind, [])[: round(n * _SHARE[kind])]
         if len(out) < n:  # a kind ran out: fill from what is left
-            used = {c.text for c in out}
-            rest = [c for c in pool if c.text not in used]
+            used = set(out)
+            rest = [c for c in pool if c not in used]
             rng.shuffle(rest)
             out += rest[: n - len(out)]
         rng.shuffle(out)

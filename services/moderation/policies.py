@@ -9,7 +9,8 @@ Every rule is encoded on its own (text "<chunk name>: <rule>", or "<chunk name> 
 chunk states a core value, so the core value shapes what each of its rules matches; canonical MiniLM embedding),
 every content sentence on its own (a response checked with its prompt: each sentence embedding is mixed with the
 prompt's, normalize(s + CONTEXT_WEIGHT * p) -- a simplification of judging the pair, so that "Sure, here is how."
-after a weapon request matches the weapon rules; the scorer itself is trained on sentences alone), and a learned scorer gives P(sentence matches rule) from the pair features
+after a weapon request matches the weapon rules; the scorer is trained on the same mixed embedding for the labeled
+responses that carry a prompt, `with_context`), and a learned scorer gives P(sentence matches rule) from the pair features
 [s * r, |s - r|, s . r] (a logistic model fitted by Newton's method; trained with the 11 BingoGuard topic rubrics as
 rules, see `train_policy_scorer`). A chunk is checked against the content on its own: the verdict of a chunk depends
 only on the content, that chunk and the scorer, never on the order or number of other chunks or policies.
@@ -223,11 +224,25 @@ def fit_policy_scorer(X: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, max_ite
     return PolicyScorer(theta[:-1].copy(), float(theta[-1]), l2)
 
 
+def with_context(s_emb: np.ndarray, c_emb: np.ndarray) -> np.ndarray:
+    """Sentence embeddings [m, 384] of a response mixed with its prompt's embedding [384]:
+    normalize(s + CONTEXT_WEIGHT * c), float32 -- the same in training and in evaluate_policies."""
+    mixed = s_emb.astype(np.float64) + CONTEXT_WEIGHT * c_emb.astype(np.float64)[None, :]
+    return (mixed / np.linalg.norm(mixed, axis=1, keepdims=True)).astype(np.float32)
+
+
 def train_policy_scorer(encoder: MiniLMEncoder, examples: Sequence[GuardExample], *, topics: Sequence[str] = TOPICS,
                         l2: float = 1e-3, seed: int = 0) -> PolicyScorer:
-    """Train the scorer with the given topics' rubric rules over labeled guard examples (whole texts)."""
+    """Train the scorer with the given topics' rubric rules over labeled guard examples (whole texts; a response
+    that carries its prompt is embedded with it, as evaluate_policies embeds a response checked with its prompt --
+    the pair's label belongs to the pair, not to the reply alone)."""
     rules = rubric_rules(topics)
     emb = encoder.embed([e.text for e in examples])
+    has = [i for i, e in enumerate(examples) if e.prompt is not None]
+    if has:
+        ctx = encoder.embed([examples[i].prompt for i in has])
+        for j, i in enumerate(has):
+            emb[i] = with_context(emb[i:i + 1], ctx[j])[0]
     rule_emb = encoder.embed([r for _, _, r in rules])
     X, y = scorer_training_pairs(examples, emb, rules, rule_emb, seed=seed)
     return fit_policy_scorer(X, y, l2=l2)
@@ -292,8 +307,6 @@ def evaluate_policies(content: str, policies: Sequence[Policy], scorer: PolicySc
     s_emb = encoder.embed([content[s.start:s.end] for s in spans])
     if context is not None:
         validate_text(context, "prompt")
-        c = encoder.embed([context])[0].astype(np.float64)
-        mixed = s_emb.astype(np.float64) + CONTEXT_WEIGHT * c[None, :]
-        s_emb = (mixed / np.linalg.norm(mixed, axis=1, keepdims=True)).astype(np.float32)
+        s_emb = with_context(s_emb, encoder.embed([context])[0])
     return [_check_chunk(p.policy_id, c, content, spans, s_emb, scorer, encoder, float(threshold))
             for p in policies for c in p.chunks]

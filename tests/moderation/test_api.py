@@ -715,6 +715,7 @@ def test_the_distilled_student_serves_by_name_like_the_guard(mod_env):
         decisions[name] = np.array(got)
     agree = float((decisions["teacher"] == decisions["student"]).mean())
     print(f"student/teacher decision agreement on {len(val)} validation rows: {agree:.3f}")
-    # measured 0.74 with the benchmark's full-size student (benchmarks/moderation/quality.py): the 95% is
-    # not reached by the bag-of-n-grams student on held-out templates; this small one must still agree mostly
-    assert agree >= 0.6
+    # this job's student (300 augmented texts incl. pairs, 8 epochs) agreed on 0.722-0.769 of these rows over seeds
+    # 0-4 (benchmarks/moderation/RESULTS.md); the 95% is not reached by the bag-of-n-grams student on
+    # held-out templates (it disagrees mostly on pairs whose reply it has never seen)
+    assert agree >= 0.7

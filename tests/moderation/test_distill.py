@@ -133,16 +133,23 @@ def test_training_is_deterministic_per_seed():
 def test_template_generator(seed_rows):
     gen = TemplateGenerator()
     out = gen.generate(600, seed=3, exclude=[r.text for r in seed_rows])
-    assert len(out) == 600 and len({a.text for a in out}) == 600
+    assert len(out) == 600 and len({(a.text, a.prompt) for a in out}) == 600
     assert out == gen.generate(600, seed=3, exclude=[r.text for r in seed_rows])
     assert out != gen.generate(600, seed=4)
     seed_texts = {r.text.casefold() for r in seed_rows}
     assert not any(a.text.casefold() in seed_texts for a in out)
     roles = {a.role for a in out}
     kinds = {a.source.split(":")[-2] for a in out}
-    assert roles == {"prompt", "response"} and kinds == {"harmful", "educational", "complying", "refusing"}
+    assert roles == {"prompt", "response"} and kinds == {"harmful", "educational", "complying", "refusing", "pair"}
+    # pairs: a generated request answered by a reply; only responses carry a prompt, and every pair has one
+    pairs = [a for a in out if a.source.split(":")[-2] == "pair"]
+    assert len(pairs) == 200 and all(a.role == "response" and a.prompt for a in pairs)
+    assert all(a.prompt is None for a in out if a.source.split(":")[-2] != "pair")
+    assert len({a.prompt for a in pairs}) > 50  # many requests, not one reply repeated after one prompt
     banned = out[0].text
     assert banned not in {a.text for a in gen.generate(600, seed=3, exclude=[banned.upper()])}
+    banned_prompt = pairs[0].prompt
+    assert banned_prompt not in {a.prompt for a in gen.generate(600, seed=3, exclude=[banned_prompt])}
     # non-operational: no numbered steps, quantities or recipes in any candidate
     for a in gen.candidates():
         assert not any(w in a.text.lower() for w in ("step 1", "grams", "mix the", "ingredients"))

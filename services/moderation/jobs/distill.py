@@ -45,7 +45,7 @@ class Distillation:
         self.p, self.train, self.val, self.generator = p, train, val, generator
         self.texts = [r.text for r in train] + [a.text for a in aug] + [r.text for r in val]
         self.roles = [r.role for r in train] + [a.role for a in aug] + [r.role for r in val]
-        self.contexts = [r.prompt for r in train] + [None] * len(aug) + [r.prompt for r in val]
+        self.contexts = [r.prompt for r in train] + [a.prompt for a in aug] + [r.prompt for r in val]
         self.n_tr, self.n_aug = len(train), len(aug)
         self.runs = ([("plain", self.n_tr)] if p.train_plain else []) + (
             [("augmented", self.n_tr + self.n_aug)] if self.n_aug else [])
