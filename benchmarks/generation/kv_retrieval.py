@@ -12,7 +12,8 @@ Status (first run, 2 shared CPU cores): a 2-layer width-64 Llama trained 4000 st
 8.3% of 12-record lookups with the full cache, i.e. about 1/12: it copies *a* value from the context but has not
 learned which one (no induction head formed in that budget). Every policy then scores the same, so this table does
 not yet separate VL-Cache from H2O and StreamingLLM; tests/generation/test_kvpolicy.py checks the selection property
-on constructed attention instead. A longer run (or a larger model, or a GPU) is needed for the accuracy claim."""
+on constructed attention instead. A second run (6 records, 2000 steps, benchmarks/generation/RESULTS.md) was at
+chance too (1/6). A longer run (or a larger model, or a GPU) is needed for the accuracy claim."""
 from __future__ import annotations
 
 import argparse

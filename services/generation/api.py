@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 from prometheus_client import REGISTRY
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from praxon.generation.v1 import generation_pb2 as pb
 from praxon.generation.v1 import generation_pb2_grpc
@@ -47,16 +47,24 @@ _ENGINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 class _EngineCollector:
-    """Prometheus: running/queued sequences, cache bytes, tokens and mean time to first token of live engines."""
+    """Prometheus: running/queued sequences, cache bytes, tokens and mean time to first token of live engines.
+    Tokens generated only grow, so they are a counter (exposed as praxon_generation_tokens_out_total, for rate())."""
 
     def collect(self):
         names = {"running": "sequences decoding", "queued": "requests waiting", "cache_bytes": "KV bytes held",
-                 "tokens_out": "tokens generated", "mean_ttft_s": "mean time to first token (last 1000)"}
+                 "mean_ttft_s": "mean time to first token (last 1000)"}
         fams = {k: GaugeMetricFamily(f"praxon_generation_{k}", d, labels=["model"]) for k, d in names.items()}
+        fams["tokens_out"] = CounterMetricFamily("praxon_generation_tokens_out", "tokens generated", labels=["model"])
+        # One sample per model label (a duplicate label set is invalid exposition): engines of the same version that
+        # are still alive (one replaced in the model cache keeps running until its requests end) are summed; the
+        # time to first token is their mean.
+        by_name: dict[str, list[dict]] = {}
         for e in list(_ENGINES):
-            st = e.stats()
+            by_name.setdefault(e.name, []).append(e.stats())
+        for name, stats in by_name.items():
             for k, fam in fams.items():
-                fam.add_metric([e.name], float(st[k]))
+                vals = [float(st[k]) for st in stats]
+                fam.add_metric([name], sum(vals) / len(vals) if k == "mean_ttft_s" else sum(vals))
         yield from fams.values()
 
 

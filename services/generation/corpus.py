@@ -12,6 +12,14 @@ tasks whose answers are known.
   benchmarks/generation/kv_retrieval.py). Keys (64) and values (64) are words that the
   BPE tokenizer keeps whole. The prompt grows with the number of records, so KV-cache compression is tested on a
   task with one known right answer.
+- Passkey retrieval (the test of Mohtashami & Jaggi, "Landmark Attention", 2023): a five-digit pass key hidden at a
+  random place in repeated filler sentences, asked for at the end: "passkey : the grass is green . ... the pass key
+  is 40318 . ... what is the pass key ? 40318 ." Digits are one token each (training.train_tokenizer), so the key
+  is copied digit by digit.
+- Multi-document questions (the setting of Liu et al., "Lost in the Middle", 2023): several short documents about
+  people who are *not* among the closed-book entities, then a question that one document answers: "documents :
+  [1] rikaso lives in mone . [2] tubesa works as a pilot . ... question : where does rikaso live ? answer : mone ."
+  The answer must be read from the context, not recalled.
 
 Everything is a pure function of its seed."""
 from __future__ import annotations
@@ -88,9 +96,10 @@ VALUE_WORDS = [c1 + v + c2 for c1 in "bdgk" for v in "aeiou" for c2 in "mnrs"][:
 
 @dataclass(frozen=True)
 class Retrieval:
-    prompt: str     # "records : k1 v1 ; k2 v2 ; ... ; lookup k"
-    answer: str     # the value recorded for k (one word)
-    n_records: int
+    prompt: str     # "records : k1 v1 ; k2 v2 ; ... ; lookup k" (or a passkey / multi-document prompt)
+    answer: str     # the one right first word of the continuation: the value, the pass key or the fact
+    n_records: int  # context size: records, filler sentences or documents
+    kind: str = "kv"  # "kv" | "passkey" | "multidoc"
 
 
 def _records(rng: random.Random, n_records: int) -> list[tuple[str, str]]:
@@ -120,10 +129,72 @@ def retrieval_document(rng: random.Random, n_records: int, lookups: int) -> str:
     return f"records : {body} ; {asks} ."
 
 
+# The filler of the original passkey test (its five sentences, cycled).
+FILLER = ["the grass is green .", "the sky is blue .", "the sun is yellow .", "here we go .",
+          "there and back again ."]
+
+
+def passkey(rng: random.Random, n_filler: int) -> Retrieval:
+    """A pass key hidden among n_filler filler sentences (at a uniformly drawn position, ends included). Shorter
+    than the original (which says the key twice and ends "the pass key is"), so a tiny model's training batches
+    stay short."""
+    key = str(rng.randrange(10_000, 100_000))
+    at = rng.randint(0, n_filler)
+    start = rng.randrange(len(FILLER))
+    parts = [FILLER[(start + i) % len(FILLER)] for i in range(n_filler)]
+    parts.insert(at, f"the pass key is {key} .")
+    return Retrieval(f"passkey : {' '.join(parts)} what is the pass key ?", key, n_filler, "passkey")
+
+
+def passkey_set(seed: int, n: int, n_filler: int) -> list[Retrieval]:
+    rng = random.Random(20_000 + seed)
+    return [passkey(rng, n_filler) for _ in range(n)]
+
+
+def _closed_book_names(seed: int) -> set[str]:
+    seen, unseen = entities(seed)
+    return {e.name for e in seen + unseen}
+
+
+def multidoc(rng: random.Random, n_docs: int, exclude: set[str]) -> Retrieval:
+    """n_docs one-sentence documents, each about a different person (none in `exclude`: the closed-book names, so
+    the answer cannot be recalled) and stating either the town or the trade, then the question that one uniformly
+    drawn document answers."""
+    towns = sorted({_word(rng, 2) for _ in range(40)})[:12]
+    names: list[str] = []
+    while len(names) < n_docs:
+        w = _word(rng, 3)
+        if w not in names and w not in exclude and w not in towns:
+            names.append(w)
+    docs, questions = [], []
+    for i, name in enumerate(names):
+        if rng.random() < 0.5:
+            town = rng.choice(towns)
+            docs.append(f"[{i + 1}] {name} lives in {town} .")
+            questions.append((f"where does {name} live ?", town))
+        else:
+            trade = rng.choice(TRADES)
+            docs.append(f"[{i + 1}] {name} works as a {trade} .")
+            questions.append((f"what does {name} do ?", trade))
+    question, answer = questions[rng.randrange(n_docs)]
+    return Retrieval(f"documents : {' '.join(docs)} question : {question} answer :", answer, n_docs, "multidoc")
+
+
+def multidoc_set(seed: int, n: int, n_docs: int) -> list[Retrieval]:
+    rng = random.Random(30_000 + seed)
+    exclude = _closed_book_names(seed)
+    return [multidoc(rng, n_docs, exclude) for _ in range(n)]
+
+
 def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2, max_records: int = 12,
-                   qa_repeats: int = 6, lookups: int = 3) -> list[str]:
+                   qa_repeats: int = 6, lookups: int = 3, n_passkey: int | None = None,
+                   n_multidoc: int | None = None) -> list[str]:
     """Training documents (one per list entry): facts, their QA pairs (ambiguous names with both answers across
-    documents), and retrieval documents with min_records..max_records records and up to `lookups` lookups."""
+    documents), retrieval documents with min_records..max_records records and up to `lookups` lookups, passkey
+    documents with 1..max(1, max_records // 3) filler sentences and multi-document questions over
+    2..max(2, max_records // 3) documents; n_passkey and n_multidoc default to n_retrieval // 20 each. Those two
+    are kept short and rare because a training batch costs its longest document: at the demo's settings they are
+    ~40-55 tokens (record documents up to 38) and the demo's 900 steps see 13% more padded tokens than without."""
     rng = random.Random(seed)
     seen, _ = entities(seed)
     docs: list[str] = []
@@ -134,5 +205,14 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
             docs.append(f"question : what does {e.name} do ? answer : {e.trade} .")
     for _ in range(n_retrieval):
         docs.append(retrieval_document(rng, rng.randint(min_records, max_records), lookups))
+    # Their own generator, so the facts and record documents above stay what they were before these were added.
+    lrng = random.Random(40_000 + seed)
+    for _ in range(n_retrieval // 20 if n_passkey is None else n_passkey):
+        ex = passkey(lrng, lrng.randint(1, max(1, max_records // 3)))
+        docs.append(f"{ex.prompt} {ex.answer} .")
+    exclude = _closed_book_names(seed)
+    for _ in range(n_retrieval // 20 if n_multidoc is None else n_multidoc):
+        ex = multidoc(lrng, lrng.randint(2, max(2, max_records // 3)), exclude)
+        docs.append(f"{ex.prompt} {ex.answer} .")
     rng.shuffle(docs)
     return docs

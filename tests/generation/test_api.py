@@ -5,6 +5,7 @@ bad input of the issue (INVALID_ARGUMENT naming the field; an unknown model is N
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import time
 import uuid
@@ -152,6 +153,45 @@ def test_generate_equals_transformers_and_stream_equals_generate(env, name):
     assert count.count == ids.shape[1] and list(count.token_ids) == ids[0].tolist()
 
 
+def _json_stream(text: str) -> list[dict]:
+    """The JSON documents `buf curl` prints one after another for a server stream."""
+    dec, out, i = json.JSONDecoder(), [], 0
+    while i < len(text):
+        if text[i].isspace():
+            i += 1
+            continue
+        doc, i = dec.raw_decode(text, i)
+        out.append(doc)
+    return out
+
+
+def test_buf_curl_streams_generate_stream(env):
+    """An outside gRPC client (buf's, found by reflection, bearer token in a header) reads the server stream."""
+    from tests.platform.test_external_client import BUF, buf_curl
+
+    if not BUF.exists():
+        pytest.skip(f"buf is not installed at {BUF} (npm install in .tools)")
+    body = {"model": {"name": "gpt2-tiny"}, "prompt": "records : kafo bam ; lookup",
+            "sampling": {"maxNewTokens": 5, "ignoreEos": True}}
+    out = buf_curl(env.server.address, "praxon.generation.v1.GenerationService/GenerateStream", body,
+                   [f"authorization: Bearer {env.token}"])
+    assert out.returncode == 0, out.stderr
+    msgs = _json_stream(out.stdout)
+    want = list(env.stub.GenerateStream(pb.GenerateStreamRequest(
+        model=common_pb2.ModelRef(name="gpt2-tiny"), prompt=body["prompt"],
+        sampling=pb.SamplingParams(max_new_tokens=5, ignore_eos=True)), metadata=env.md, timeout=60))[:-1]
+    assert len(msgs) == 6 and all("token" in m and "finishReason" not in m for m in msgs[:-1])
+    # greedy: the same tokens as the Python stub's stream (proto3 JSON omits zero / empty fields)
+    assert [m["token"].get("tokenId", 0) for m in msgs[:-1]] == [m.token.token_id for m in want]
+    assert "".join(m["token"].get("text", "") for m in msgs[:-1]) == "".join(m.token.text for m in want)
+    assert msgs[0]["model"]["name"] == "gpt2-tiny" and "model" not in msgs[1]
+    last = msgs[-1]
+    assert last["finishReason"] == "FINISH_REASON_LENGTH" and "token" not in last
+    assert last["usage"]["completionTokens"] == 5 and last["usage"]["promptTokens"] > 0
+    denied = buf_curl(env.server.address, "praxon.generation.v1.GenerationService/GenerateStream", body)
+    assert denied.returncode != 0 and "unauthenticated" in denied.stderr.lower()
+
+
 def test_the_trained_model_generates(env):
     resp = _gen(env, "question : where does", "trained", max_new_tokens=5, ignore_eos=True)
     assert len(resp.tokens) == 5 and resp.model.model_type == "llama"
@@ -274,6 +314,33 @@ def test_disconnect_and_deadline_cancel_the_generation(env):
     # Cancelled mid-generation (its cache freed) or, on a very slow start, before it was admitted: never run out.
     assert engine.freed_sequences - freed <= 1
     assert engine.stats()["tokens_out"] - tokens_before < 240
+
+
+def _scrape(model: str) -> dict[str, tuple[str, float]]:
+    """This process's Prometheus exposition (the server runs in it): metric -> (TYPE, value for `model`)."""
+    from prometheus_client import REGISTRY, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(REGISTRY).decode()):
+        if fam.name.startswith("praxon_generation_"):
+            for sample in fam.samples:
+                if sample.labels.get("model") == model:
+                    assert sample.name not in out, f"two {sample.name} samples for {model}"
+                    out[sample.name] = (fam.type, sample.value)
+    return out
+
+
+def test_metrics_count_tokens_out_as_a_counter(env):
+    _gen(env, "a", "gpt2-tiny", max_new_tokens=1)
+    engine = _engine(env, "gpt2-tiny")
+    before = _scrape(engine.name)
+    assert before["praxon_generation_tokens_out_total"][0] == "counter"
+    assert "praxon_generation_tokens_out" not in before  # no gauge of the same name any more
+    assert before["praxon_generation_running"][0] == "gauge" and "praxon_generation_cache_bytes" in before
+    _gen(env, "a", "gpt2-tiny", max_new_tokens=7, ignore_eos=True)
+    after = _scrape(engine.name)
+    assert after["praxon_generation_tokens_out_total"][1] - before["praxon_generation_tokens_out_total"][1] == 7
 
 
 def test_alias_hot_swap(env):
