@@ -232,6 +232,32 @@ def token_for(settings: Settings, tenant: str) -> tuple[str, str]:
         return db.create_token(conn, tenant)
 
 
+def register_model(settings: Settings, tenant_id: str, name: str, tensors: dict, *, kind: str, config: dict,
+                   alias: str = "") -> int:
+    """A model version registered the way a job registers one (staged by a running job, numbered on commit), for
+    tests that need a served model without training it; optionally moves `alias` to it. Returns its version."""
+    from services.common.registry import Registry
+    from services.common.store import ArtifactStore
+
+    store = ArtifactStore(settings)
+    store.ensure_bucket()
+    pool = db.create_pool(settings, max_size=1)
+    try:
+        reg = Registry(pool, store)
+        with db.connect(settings) as conn:
+            job = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state) VALUES (%s, 'test.register', "
+                               "'test', 'RUNNING') RETURNING id", (tenant_id,)).fetchone()
+            reg.stage_model(conn, tenant_id, str(job["id"]), name, tensors, kind=kind, config=config, metrics={},
+                            dataset_artifact_id=None, parent_version_ids=[])
+            Registry.commit_job_outputs(conn, str(job["id"]))
+        version = int(reg.resolve(tenant_id, name)["version"])
+        if alias:
+            reg.set_alias(tenant_id, name, alias, version)
+        return version
+    finally:
+        pool.close()
+
+
 def auth(token: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")]
 

@@ -30,23 +30,10 @@ def _free_port() -> int:
 
 def _register(settings, tenant: str, name: str, model, tokenizer) -> None:
     """A version registered the way a job does (staged by a running job, numbered on commit), alias production."""
-    from services.common import db, hf
-    from services.common.registry import Registry
-    from services.common.store import ArtifactStore
+    from services.common import hf
 
     tensors, config = hf.from_pretrained_objects(model, tokenizer)
-    pool = db.create_pool(settings, max_size=1)
-    try:
-        reg = Registry(pool, ArtifactStore(settings))
-        with db.connect(settings) as conn:
-            job = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state) VALUES (%s, 'test.register', 'test', "
-                               "'RUNNING') RETURNING id", (tenant,)).fetchone()
-            reg.stage_model(conn, tenant, str(job["id"]), name, tensors, kind=hf.REGISTRY_KIND, config=config,
-                            metrics={}, dataset_artifact_id=None, parent_version_ids=[])
-            Registry.commit_job_outputs(conn, str(job["id"]))
-        reg.set_alias(tenant, name, "production", 1)
-    finally:
-        pool.close()
+    harness.register_model(settings, tenant, name, tensors, kind=hf.REGISTRY_KIND, config=config, alias="production")
 
 
 @pytest.fixture(scope="module")

@@ -100,27 +100,12 @@ def served_guard(settings, guard, tmp_path_factory):
     import uuid
     from types import SimpleNamespace
 
-    from services.common import db
     from services.common.embedded import spawn
-    from services.common.registry import Registry
-    from services.common.store import ArtifactStore
     from tests import harness
 
     tenant_id, token = harness.token_for(settings, f"modpred-{uuid.uuid4().hex[:6]}")
     tensors, config = guard.to_registry()
-    store = ArtifactStore(settings)
-    store.ensure_bucket()
-    pool = db.create_pool(settings, max_size=1)
-    try:
-        with db.connect(settings) as conn:
-            job = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state) VALUES (%s, 'test.register', "
-                               "'test', 'RUNNING') RETURNING id", (tenant_id,)).fetchone()
-            Registry(pool, store).stage_model(conn, tenant_id, str(job["id"]), "guard", tensors,
-                                              kind=f"guard/{guard.kind}", config=config, metrics={},
-                                              dataset_artifact_id=None, parent_version_ids=[])
-            Registry.commit_job_outputs(conn, str(job["id"]))
-    finally:
-        pool.close()
+    harness.register_model(settings, tenant_id, "guard", tensors, kind=f"guard/{guard.kind}", config=config)
     http, grpc_port = _free_port(), _free_port()
     log = tmp_path_factory.mktemp("mod-predictor") / "predictor.log"
     env = {**os.environ, **harness.settings_env(settings), "PYTHONPATH": str(harness.ROOT), "OMP_NUM_THREADS": "1"}

@@ -34,9 +34,6 @@ def _register_popularity(settings, tenant_id: str) -> None:
     """"recommender" v1: a popularity model registered the way a job registers one (staged, numbered on commit)."""
     import torch
 
-    from services.common import db
-    from services.common.registry import Registry
-    from services.common.store import ArtifactStore
     from services.recommendation.model import ModelConfig
     from services.recommendation.recommender import MODEL_FORMAT, REGISTRY_KIND
 
@@ -44,19 +41,8 @@ def _register_popularity(settings, tenant_id: str) -> None:
     config = {"format": MODEL_FORMAT, "model_kind": "popularity",
               "model": ModelConfig(kind="popularity", n_items=N_ITEMS, dim=8).to_dict(),
               "item_ids": [f"m{i}" for i in range(N_ITEMS)], "seed": 0}
-    store = ArtifactStore(settings)
-    store.ensure_bucket()
-    pool = db.create_pool(settings, max_size=1)
-    try:
-        with db.connect(settings) as conn:
-            job = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state) VALUES (%s, 'test.register', "
-                               "'test', 'RUNNING') RETURNING id", (tenant_id,)).fetchone()
-            Registry(pool, store).stage_model(conn, tenant_id, str(job["id"]), "recommender",
-                                              {"popularity": counts}, kind=REGISTRY_KIND, config=config, metrics={},
-                                              dataset_artifact_id=None, parent_version_ids=[])
-            Registry.commit_job_outputs(conn, str(job["id"]))
-    finally:
-        pool.close()
+    harness.register_model(settings, tenant_id, "recommender", {"popularity": counts}, kind=REGISTRY_KIND,
+                           config=config)
 
 
 def _predictor_cmd(tenant: str, http: int, grpc_port: int, *extra: str) -> list[str]:
