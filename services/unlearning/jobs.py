@@ -416,7 +416,27 @@ def run_unlearning(ctx: JobContext) -> dict:
             "metrics": metrics, "guarantee": report["guarantee"]}
 
 
-class ConvexUnlearning:
+class _DescentSteps:
+    """The Steps methods of a job whose work is one certified.CertifiedRun (`self.gd`, built in setup): a step runs
+    one chunk of its descent, the checkpoint is its state."""
+
+    gd: certified.CertifiedRun
+
+    @property
+    def total(self) -> int:
+        return self.gd.total
+
+    def step(self, i: int) -> dict[str, float]:
+        return self.gd.advance()
+
+    def state(self) -> dict[str, Any]:
+        return self.gd.state()
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.gd.load_state(st)
+
+
+class ConvexUnlearning(_DescentSteps):
     """Certified unlearning (or certified retraining) of a convex linear model as Steps: setup reads the warm start
     and classifies the request (in-distribution or not: where the descent starts); then the descent on the retain
     set to radius r, `every` iterations a step, the last of which draws the secret noise (kept in the checkpoint
@@ -459,10 +479,6 @@ class ConvexUnlearning:
         self.gd = certified.CertifiedRun(self.problem, self._chunk, every=self.p.checkpoint_every, hint=hint,
                                          radius=self.r, epsilon=self.eps, delta=self.delta, start=self.start)
 
-    @property
-    def total(self) -> int:
-        return self.gd.total
-
     def message(self, done: int, total: int) -> str:
         return f"gd: step {self.gd.step}"
 
@@ -470,15 +486,6 @@ class ConvexUnlearning:
         theta0 = self.theta_start if self.start == "warm" else self.problem.zeros()
         return certified.gd_to_radius(self.problem, self.Xr, self.yr, theta0, self.r, max_steps=self.p.max_steps,
                                       state=state, max_iters=k)
-
-    def step(self, i: int) -> dict[str, float]:
-        return self.gd.advance()
-
-    def state(self) -> dict[str, Any]:
-        return self.gd.state()
-
-    def load_state(self, st: dict[str, Any]) -> None:
-        self.gd.load_state(st)
 
     def result(self, ctx: JobContext) -> dict[str, Any]:
         problem, config, r, reg = self.problem, self.config, self.r, self.reg
@@ -586,7 +593,7 @@ class ApproximateUnlearning:
 
 
 # ---- audit -----------------------------------------------------------------------------------------------
-class AuditRetraining:
+class AuditRetraining(_DescentSteps):
     """The audit's reference as Steps: the same certified procedure run on the retain set from scratch, `every`
     descent iterations a step; its noise draw is kept in the checkpoint like a release's."""
 
@@ -601,25 +608,12 @@ class AuditRetraining:
         self.gd = certified.CertifiedRun(self.problem, self._chunk, every=self.every, hint=1000,  # progress only
                                          radius=self.r, epsilon=self.eps, delta=self.delta, start="zero")
 
-    @property
-    def total(self) -> int:
-        return self.gd.total
-
     def message(self, done: int, total: int) -> str:
         return f"retrain: step {self.gd.step}"
 
     def _chunk(self, state: certified.GDState | None, k: int) -> certified.GDResult:
         return certified.gd_to_radius(self.problem, self.X, self.y, self.problem.zeros(), self.r,
                                       max_steps=self.max_steps, state=state, max_iters=k)
-
-    def step(self, i: int) -> dict[str, float]:
-        return self.gd.advance()
-
-    def state(self) -> dict[str, Any]:
-        return self.gd.state()
-
-    def load_state(self, st: dict[str, Any]) -> None:
-        self.gd.load_state(st)
 
     def result(self, ctx: JobContext) -> dict[str, Any]:
         return {"out": self.gd.publish()}
