@@ -9,7 +9,6 @@ TenantTokens, answering only requests that carry an API token of the predictor's
 metrics stay open for probes)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -47,40 +46,26 @@ def in_cluster() -> bool:
 
 
 class TenantTokens:
-    """`Authorization: Bearer <praxon API token>` of one tenant, looked up like the platform's AuthInterceptor does
-    (db.token_identity: live tokens only, stored hashed, last use recorded) and cached the same way: a live token
-    for `cache_seconds` (a revoked or expired one stops working within that), an unknown one for
-    `negative_cache_seconds`. Used on one event loop (the ModelServer's)."""
+    """`Authorization: Bearer <praxon API token>` of one tenant, looked up and cached as the platform's
+    AuthInterceptor does (services.common.server.TokenLookups)."""
 
     def __init__(self, pool, tenant_id: str, cache_seconds: float = 30.0, negative_cache_seconds: float = 2.0):
-        from services.common.server import TtlCache
+        from services.common.server import TokenLookups
 
-        self.pool, self.tenant_id = pool, str(tenant_id)
-        self._known = TtlCache(cache_seconds)               # token sha256 -> its tenant id
-        self._unknown = TtlCache(negative_cache_seconds)    # token sha256 -> True
+        self.tenant_id = str(tenant_id)
+        self.lookups = TokenLookups(pool, cache_seconds, negative_cache_seconds)
 
     async def check(self, header: str) -> str | None:
         """None when the header carries a live token of this tenant, else why not (one line for the caller)."""
-        from services.common import db
-
         scheme, _, token = (header or "").partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             return "missing bearer token (Authorization: Bearer <praxon API token>)"
-        key = db.hash_token(token)
-        tenant = self._known.get(key)
-        if tenant is None and self._unknown.get(key) is None:
-            def lookup() -> dict | None:
-                with self.pool.connection() as conn:
-                    return db.token_identity(conn, token)
-            found = await asyncio.to_thread(lookup)
-            if found is None:
-                self._unknown.put(key, True)
-            else:
-                tenant = found["tenant_id"]
-                self._known.put(key, tenant)
+        found = await self.lookups.identity(token)
         # another tenant's token is refused like an unknown one: this predictor serves only its own tenant
-        return None if tenant == self.tenant_id else "invalid or revoked API token for this predictor's tenant"
+        if found is not None and str(found["tenant_id"]) == self.tenant_id:
+            return None
+        return "invalid or revoked API token for this predictor's tenant"
 
 
 class BearerAuthMiddleware:

@@ -155,12 +155,10 @@ class _Around(grpc.aio.ServerInterceptor):
             yield item
 
     async def intercept_service(self, continuation, details):
-        return self.wrap(details.method, await continuation(details))
-
-    def wrap(self, method: str, handler):
-        """The handler with this interceptor around it."""
-        if handler is None or not self.applies(method):
+        handler = await continuation(details)
+        if handler is None or not self.applies(details.method):
             return handler
+        method = details.method
         deserializer = self.deserializer(handler.request_deserializer)
         client_streaming = bool(handler.stream_unary or handler.stream_stream) and \
             type(self).each_request is not _Around.each_request
@@ -338,30 +336,26 @@ class TtlCache:
         self._entries[key] = (self.clock() + self.seconds, value)
 
 
-class AuthInterceptor(_Around):
-    """Bearer API token -> tenant (tokens are stored hashed). Missing or bad token -> UNAUTHENTICATED; a token over
-    its request rate -> RESOURCE_EXHAUSTED with RetryInfo.
+class TokenLookups:
+    """API token -> its live identity (db.token_identity: tenant_id, token_id, token_name; None for an unknown,
+    revoked or expired token), cached per process and keyed by the token's sha256: a live token for
+    `cache_seconds` (a revoked or expired one stops working within that), an unknown one for
+    `negative_cache_seconds` (so a flood of bad tokens costs the database one lookup per token per period; a token
+    created after a miss works at most that long later). Concurrent callers with the same uncached token share one
+    lookup. Used on one event loop: the gRPC server's (AuthInterceptor) and the predictors' (services.common.oip)."""
 
-    Lookups are cached per process, keyed by the token's sha256: a live token for `cache_seconds` (a revoked or
-    expired one stops working within that), an unknown one for `negative_cache_seconds` (so a flood of bad tokens
-    costs the database one lookup per token per period; a token created after a miss works at most that long
-    later). Concurrent requests with the same uncached token share one lookup."""
-
-    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, limits: TokenBuckets | None = None, *,
-                 negative_cache_seconds: float = 2.0, max_entries: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic):
-        self.pool, self.cache_seconds = pool, cache_seconds
-        self.limits = limits or TokenBuckets(0, 1)
-        self._cache = TtlCache(cache_seconds, max_entries, clock)              # -> (tenant, (token id, name))
+    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, negative_cache_seconds: float = 2.0, *,
+                 max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.pool = pool
+        self._known = TtlCache(cache_seconds, max_entries, clock)              # -> identity
         self._unknown = TtlCache(negative_cache_seconds, max_entries, clock)   # -> True
         self._lookups: dict[bytes, asyncio.Future] = {}                        # in flight
 
-    def applies(self, method: str) -> bool:
-        return not method.startswith(PUBLIC_PREFIXES)
-
-    async def _lookup(self, key: bytes, token: str) -> dict | None:
-        """The database's answer for a token, shared by concurrent callers (one caller's cancellation does not
-        cancel it for the others)."""
+    async def identity(self, token: str) -> dict | None:
+        key = db.hash_token(token)
+        hit = self._known.get(key)
+        if hit is not None or self._unknown.get(key) is not None:
+            return hit
         task = self._lookups.get(key)
         if task is None:
             def lookup() -> dict | None:
@@ -376,28 +370,35 @@ class AuthInterceptor(_Around):
                     if found is None:
                         self._unknown.put(key, True)
                     else:
-                        self._cache.put(key, (found["tenant_id"], (found["token_id"], found["token_name"])))
+                        self._known.put(key, found)
             task.add_done_callback(done)
-        return await asyncio.shield(task)
+        return await asyncio.shield(task)  # one caller's cancellation does not cancel it for the others
+
+
+class AuthInterceptor(_Around):
+    """Bearer API token -> tenant (tokens are stored hashed; lookups cached by TokenLookups). Missing or bad token
+    -> UNAUTHENTICATED; a token over its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
+
+    def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, limits: TokenBuckets | None = None, *,
+                 negative_cache_seconds: float = 2.0, max_entries: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic):
+        self.limits = limits or TokenBuckets(0, 1)
+        self.tokens = TokenLookups(pool, cache_seconds, negative_cache_seconds, max_entries=max_entries, clock=clock)
+
+    def applies(self, method: str) -> bool:
+        return not method.startswith(PUBLIC_PREFIXES)
 
     async def _authenticate(self, context) -> None:
         header = dict(context.invocation_metadata() or ()).get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
-        key = db.hash_token(token.strip())
-        hit = self._cache.get(key)
-        if hit is None:
-            if self._unknown.get(key) is None:
-                found = await self._lookup(key, token.strip())
-                if found is not None:
-                    hit = (found["tenant_id"], (found["token_id"], found["token_name"]))
-            if hit is None:
-                raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
-        tenant, ident = hit
-        self.limits.take(ident[0])
-        _tenant.set(tenant)
-        _token.set(ident)
+        found = await self.tokens.identity(token.strip())
+        if found is None:
+            raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
+        self.limits.take(found["token_id"])
+        _tenant.set(found["tenant_id"])
+        _token.set((found["token_id"], found["token_name"]))
 
     async def unary(self, method, call, request, context):
         await self._authenticate(context)

@@ -129,7 +129,7 @@ def test_the_negative_cache_is_bounded_and_drops_the_least_recently_used(pool, l
         for t in tokens:
             assert await _outcome(auth, t) is None
     asyncio.run(run(bad))
-    assert len(auth._unknown) == 4 and lookups == bad
+    assert len(auth.tokens._unknown) == 4 and lookups == bad
     asyncio.run(run([bad[-1], bad[0]]))  # the newest is still cached; the oldest was dropped: looked up again
     assert lookups == [*bad, bad[0]]
 

@@ -167,10 +167,8 @@ def _json_stream(text: str) -> list[dict]:
 
 def test_buf_curl_streams_generate_stream(env):
     """An outside gRPC client (buf's, found by reflection, bearer token in a header) reads the server stream."""
-    from tests.platform.test_external_client import BUF, buf_curl
+    from tests.platform.test_external_client import buf_curl  # buf: installed in .tools by make test (buf lint)
 
-    if not BUF.exists():
-        pytest.skip(f"buf is not installed at {BUF} (npm install in .tools)")
     body = {"model": {"name": "gpt2-tiny"}, "prompt": "records : kafo bam ; lookup",
             "sampling": {"maxNewTokens": 5, "ignoreEos": True}}
     out = buf_curl(env.server.address, "praxon.generation.v1.GenerationService/GenerateStream", body,
