@@ -157,6 +157,22 @@ def test_ask_tell_round_trip_constraints_and_idempotent_observe(env):
     _wait(env.settings, a.job.id)
 
 
+def test_trust_region_keeps_suggestions_near_the_best_observation(env):
+    camp = _create(env)  # no parent constraint: without the trust region the whole space is open
+    space = SequenceSpace("ACDEFG", 6, ("",) * 6, (), None, ())
+    seqs = [space.decode(x) for x in space.sample_feasible(np.random.default_rng(3), 8)]
+    env.stub.Observe(pb.ObserveRequest(campaign_id=camp.id, observations=[
+        pb.Observation(sequence=s, value=_score(s)) for s in seqs]), metadata=_md(env))
+    best = max(seqs, key=_score)
+    start = env.stub.StartSuggestionJob(pb.StartSuggestionJobRequest(
+        campaign_id=camp.id, rounds=20, games=2, seed=0, trust_radius=1), metadata=_md(env))
+    _wait(env.settings, start.job.id)
+    got = env.stub.GetSuggestions(pb.GetSuggestionsRequest(campaign_id=camp.id), metadata=_md(env))
+    assert len(got.suggestions) == 4
+    for s in got.suggestions:
+        assert sum(a != b for a, b in zip(s.sequence, best, strict=True)) == 1, (s.sequence, best)
+
+
 def test_oracle_campaign_runs_unattended_and_observations_are_written_once(env):
     camp = _create(env, alphabet="ACDEFGHI", length=8, batch_size=4,
                    oracle=pb.Oracle(kind=pb.ORACLE_KIND_EHRLICH, num_motifs=2, motif_length=2, seed=1))
@@ -283,6 +299,7 @@ def test_bad_input_names_the_field(env):
     _expect_invalid(start(rounds=-3), "rounds")
     _expect_invalid(start(batch_size=5000), "batch_size")
     _expect_invalid(start(group_size=9), "group_size")
+    _expect_invalid(start(trust_radius=-1), "trust_radius")
     _expect_invalid(lambda: env.stub.GetCampaign(pb.GetCampaignRequest(campaign_id="x"), metadata=_md(env)),
                     "campaign_id")
     _expect_invalid(lambda: env.stub.ListCampaigns(pb.ListCampaignsRequest(page_token="!!"), metadata=_md(env)),

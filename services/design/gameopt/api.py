@@ -103,8 +103,8 @@ class DesignServicer(design_pb2_grpc.DesignServiceServicer):
                              batch_size=request.batch_size, beta=request.beta if request.HasField("beta") else None,
                              rounds=request.rounds, eta=request.eta if request.HasField("eta") else None,
                              games=request.games, group_size=request.group_size,
-                             kernel=convert.enum_of(KERNELS, request.kernel, "kernel"), seed=request.seed,
-                             idempotency_key=request.idempotency_key)
+                             kernel=convert.enum_of(KERNELS, request.kernel, "kernel"),
+                             trust_radius=request.trust_radius, seed=request.seed, idempotency_key=request.idempotency_key)
         job, rnd = await self.app.db(self.store.start_suggestion, current_tenant(), request.campaign_id, opt)
         return pb.StartSuggestionJobResponse(job=convert.job(job), round=rnd)
 

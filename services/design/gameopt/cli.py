@@ -93,7 +93,8 @@ def cmd_suggest(args) -> None:
     stub = _stub(t)
     req = pb.StartSuggestionJobRequest(campaign_id=args.campaign, solver=SOLVERS[args.solver],
                                        batch_size=args.batch_size, rounds=args.rounds, games=args.games,
-                                       kernel=KERNELS[args.kernel], seed=args.seed,
+                                       kernel=KERNELS[args.kernel], trust_radius=args.trust_radius,
+                                       seed=args.seed,
                                        idempotency_key=new_idempotency_key())
     if args.beta is not None:
         req.beta = args.beta
@@ -175,6 +176,8 @@ def add_commands(parts, client_opts) -> None:
     p.add_argument("--games", type=int, default=0)
     p.add_argument("--beta", type=float)
     p.add_argument("--kernel", choices=sorted(KERNELS), default="onehot")
+    p.add_argument("--trust-radius", type=int, default=0,
+                   help="suggest within this many substitutions of the best observed sequence (0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-wait", action="store_true")
     p.set_defaults(func=cmd_suggest)

@@ -35,7 +35,8 @@ class SuggestionJob:
         y = np.array(p.values, dtype=np.float64)
         self.sign = 1.0 if p.direction == "MAXIMIZE" else -1.0
         cfg = GameOptConfig(solver=p.solver, beta=p.beta, rounds=p.rounds, eta=p.eta, games=p.games,
-                            group_size=p.group_size, kernel=p.kernel, noise_std=p.noise_std)
+                            group_size=p.group_size, kernel=p.kernel, noise_std=p.noise_std,
+                            trust_radius=p.trust_radius)
         self.opt = GameOpt(self.space, X, self.sign * y, p.batch_size, cfg, seed=p.seed)
         self.opt.fit()
         self.total = 0 if self.opt.cold else self.opt.n_games

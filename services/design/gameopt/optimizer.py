@@ -17,8 +17,8 @@ Baselines (same space, same constraints, same surrogate where they use one):
   UCB takes beta as the variance weight, so beta**2 is passed to get mu + beta sigma; the batch version
   qUpperConfidenceBound, which the q > 1 local search needs for its pending points); its answers are then repaired
   onto the campaign's constraints (BoTorch knows only each site's allowed letters).
-Trust region (`GameOptConfig.trust_radius`, `suggest_baseline(trust_radius=)`, `run_loop(trust_radius=)`; off by
-default): GameOpt and the surrogate-based baselines search only within that many substitutions of the best observed
+Trust region (`GameOptConfig.trust_radius`, `suggest_baseline(trust_radius=)`, `run_loop(trust_radius=)`; the API's
+StartSuggestionJob `trust_radius`; off by default): GameOpt and the surrogate-based baselines search only within that many substitutions of the best observed
 sequence (see `trust_region`); the benchmark harness turns it on because its Ehrlich functions' feasible set is
 unknown to the optimizers, as in holo-bench.
 Direction: observations are negated for minimisation before any of this, so every method maximises."""

@@ -39,6 +39,7 @@ class SuggestParams(JobParams):
     games: int = Field(default=0, ge=0, le=200)
     group_size: int = Field(default=1, ge=1, le=4)
     kernel: Literal["onehot", "categorical"] = "onehot"
+    trust_radius: int | None = Field(default=None, ge=1, le=512)  # optimizer.trust_region; None: off
     seed: int = 0
     sequences: list[str] = Field(default_factory=list, max_length=MAX_SNAPSHOT)
     values: list[float] = Field(default_factory=list, max_length=MAX_SNAPSHOT)

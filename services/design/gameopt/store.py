@@ -49,6 +49,7 @@ class SuggestOptions:
     games: int = 0
     group_size: int = 0
     kernel: str = "onehot"
+    trust_radius: int = 0  # 0: off
     seed: int = 0
     idempotency_key: str = ""
 
@@ -306,13 +307,14 @@ class CampaignStore:
         for name in ("rounds", "games"):
             if getattr(opt, name):
                 params[name] = getattr(opt, name)
-        if opt.group_size:
-            params["group_size"] = opt.group_size
+        for name in ("group_size", "trust_radius"):
+            if getattr(opt, name):
+                params[name] = getattr(opt, name)
         for name in ("beta", "eta"):
             if getattr(opt, name) is not None:
                 params[name] = getattr(opt, name)
         paths = {k: k for k in ("solver", "batch_size", "beta", "rounds", "eta", "games", "group_size", "kernel",
-                                "seed")}
+                                "trust_radius", "seed")}
         parse_params(SuggestParams, params, field_paths=paths)
         if opt.group_size > 1:
             from services.design.gameopt.games import MAX_STRATEGIES

@@ -196,7 +196,7 @@ class ObserveResponse(_message.Message):
     def __init__(self, inserted: _Optional[int] = ..., duplicates: _Optional[int] = ..., observation_count: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class StartSuggestionJobRequest(_message.Message):
-    __slots__ = ("campaign_id", "solver", "batch_size", "beta", "rounds", "eta", "games", "group_size", "kernel", "seed", "idempotency_key")
+    __slots__ = ("campaign_id", "solver", "batch_size", "beta", "rounds", "eta", "games", "group_size", "kernel", "seed", "idempotency_key", "trust_radius")
     CAMPAIGN_ID_FIELD_NUMBER: _ClassVar[int]
     SOLVER_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +208,7 @@ class StartSuggestionJobRequest(_message.Message):
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TRUST_RADIUS_FIELD_NUMBER: _ClassVar[int]
     campaign_id: str
     solver: EquilibriumSolver
     batch_size: int
@@ -219,7 +220,8 @@ class StartSuggestionJobRequest(_message.Message):
     kernel: Kernel
     seed: int
     idempotency_key: str
-    def __init__(self, campaign_id: _Optional[str] = ..., solver: _Optional[_Union[EquilibriumSolver, str]] = ..., batch_size: _Optional[int] = ..., beta: _Optional[float] = ..., rounds: _Optional[int] = ..., eta: _Optional[float] = ..., games: _Optional[int] = ..., group_size: _Optional[int] = ..., kernel: _Optional[_Union[Kernel, str]] = ..., seed: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    trust_radius: int
+    def __init__(self, campaign_id: _Optional[str] = ..., solver: _Optional[_Union[EquilibriumSolver, str]] = ..., batch_size: _Optional[int] = ..., beta: _Optional[float] = ..., rounds: _Optional[int] = ..., eta: _Optional[float] = ..., games: _Optional[int] = ..., group_size: _Optional[int] = ..., kernel: _Optional[_Union[Kernel, str]] = ..., seed: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., trust_radius: _Optional[int] = ...) -> None: ...
 
 class StartSuggestionJobResponse(_message.Message):
     __slots__ = ("job", "round")
