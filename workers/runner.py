@@ -4,6 +4,7 @@ JobStore (services/common/jobs.py), which holds every statement on the job row; 
 the heartbeat thread, and what each outcome of the job function means for the row."""
 from __future__ import annotations
 
+from datetime import datetime, timezone
 import logging
 import os
 import socket
@@ -14,11 +15,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
 from services.common.db import TRANSIENT_DB_ERRORS
-from services.common.errors import Cancelled, PraxonError
-from services.common.jobcontext import ModelVersionInfo
+from services.common.errors import Cancelled, PraxonError, ResourceExhausted
+from services.common.jobcontext import CHILD_POLL_SECONDS, ChildJobsPending, ModelVersionInfo
 from services.common.jobkinds import JOB_KINDS
 from services.common.spec import resolve
-from services.common.jobs import LeaseLost
+from services.common.jobs import TERMINAL, LeaseLost
 from services.common.state import dumps_state, loads_state
 from services.common.store import TRANSIENT_STORE_ERRORS, retry
 from workers.runtime import Runtime
@@ -52,6 +53,7 @@ class WorkerJobContext:
         self.lease_lost = False
         self.cancel_requested = bool(job["cancel_requested"])
         self.last_progress = float(job["progress"])
+        self.created_at = job["created_at"]
 
     # -- lease --
     def renew_lease(self) -> None:
@@ -141,6 +143,34 @@ class WorkerJobContext:
                                                   [str(r) for r in record_ids])
         _db_retry(write, "forget records")
 
+    def start_child(self, kind: str, params: dict[str, Any], key: str) -> str:
+        self.check_cancelled()
+        # the key is this job's id + the caller's key: a resumed parent finds the child it started before
+        idempotency_key = f"child:{self.job_id}:{key}"
+        try:
+            row = _db_retry(lambda: self.rt.jobs.submit(self.tenant_id, kind, params, idempotency_key,
+                                                        parent_job_id=self.job_id), "start a child job")
+        except ResourceExhausted as exc:  # the tenant's job quota: wait (without a worker) and try again
+            raise ChildJobsPending(f"waiting to start child job {key!r}: {exc.message}",
+                                   retry_after_s=max(exc.retry_after_s, 1.0)) from None
+        return str(row["id"])
+
+    def wait_for_children(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        self.check_cancelled()
+        rows = _db_retry(lambda: self.rt.jobs.children(self.tenant_id, self.job_id, job_ids), "read child jobs")
+        pending = sum(r["state"] not in TERMINAL for r in rows)
+        if pending:
+            done = len(rows) - pending
+            self.progress(max(self.last_progress, 0.9 * done / len(rows)), f"{done}/{len(rows)} child jobs ended")
+            # poll less often the longer the wait (2 s .. 30 s), so an hours-long sweep is not thousands of re-runs
+            waited = (datetime.now(timezone.utc) - self.created_at).total_seconds()
+            raise ChildJobsPending(f"waiting for {pending} of {len(rows)} child jobs",
+                                   retry_after_s=min(30.0, max(CHILD_POLL_SECONDS, waited / 20)))
+        return [{"job_id": str(r["id"]), "kind": r["kind"], "state": r["state"], "result": r["result"],
+                 "error_reason": r["error_reason"], "error_message": r["error_message"],
+                 "seconds": (r["finished_at"] - r["started_at"]).total_seconds() if r["started_at"] else None,
+                 "models": [{"name": m["name"], "version": m["version"]} for m in r["models"]]} for r in rows]
+
 
 class Heartbeat(threading.Thread):
     def __init__(self, ctx: WorkerJobContext, interval: float):
@@ -181,6 +211,15 @@ def run_job(rt: Runtime, job_id: str) -> str:
     except LeaseLost:
         log.warning("job %s: lease lost, leaving it to its new owner", job_id)
         return "lease-lost"
+    except ChildJobsPending as wait:  # give the worker back; the job runs again (from the start) a bit later
+        why, countdown = wait.message, wait.retry_after_s
+        try:
+            _db_retry(lambda: rt.jobs.release(job_id, owner, ctx.last_progress, why, waiting=True),
+                      "release a waiting job")
+        except LeaseLost:
+            return "lease-lost"
+        rt.jobs.enqueue(job_id, job["queue"], countdown=countdown)
+        return "waiting"
     except Cancelled:
         _finish(rt, ctx, "CANCELLED", message="cancelled")
         return "cancelled"

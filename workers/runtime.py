@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from services.common.db import create_pool
-from services.common.jobs import JobStore
+from services.common.jobs import JobQuota, JobStore
 from services.common.queue import make_celery
 from services.common.registry import Registry
 from services.common.settings import Settings
@@ -60,6 +60,9 @@ def get_runtime() -> Runtime:
                 torch.set_num_threads(settings.jobs.torch_threads)
             pool = create_pool(settings, max_size=4)
             store = ArtifactStore(settings)
-            _runtime = Runtime(settings, pool, JobStore(pool, make_celery(settings)), Registry(pool, store), store)
+            # the tenants' job quotas also bound the child jobs a job starts (JobContext.start_child)
+            quota = JobQuota(settings.jobs.max_active_per_tenant, settings.jobs.max_active_per_tenant_kind)
+            _runtime = Runtime(settings, pool, JobStore(pool, make_celery(settings), quota), Registry(pool, store),
+                               store)
             _pid = os.getpid()
         return _runtime

@@ -64,7 +64,8 @@ def job(row: dict, artifacts: list[dict] = (), models: list[dict] = ()) -> commo
         cancel_requested=row["cancel_requested"], idempotency_key=row["idempotency_key"] or "",
         artifacts=[artifact(a) for a in artifacts],
         models=[common_pb2.ModelRef(name=m["name"], version=m["version"]) for m in models],
-        create_time=ts(row["created_at"]), start_time=ts(row["started_at"]), end_time=ts(row["finished_at"]))
+        create_time=ts(row["created_at"]), start_time=ts(row["started_at"]), end_time=ts(row["finished_at"]),
+        parent_job_id=str(row.get("parent_job_id") or ""))
     if row["result"] is not None:
         msg.result.CopyFrom(struct(row["result"]))
     if row["error_reason"]:

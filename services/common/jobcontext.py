@@ -3,6 +3,7 @@ the worker (workers/) builds the real one over PostgreSQL and the object store, 
 `InMemoryJobContext` runs the same job code in a unit test without Celery or services."""
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -10,8 +11,22 @@ from typing import Any, Protocol
 
 import torch
 
-from services.common.errors import Cancelled, NotFound
+from services.common.errors import Cancelled, NotFound, PraxonError
 from services.common.state import dumps_state, loads_state
+
+CHILD_POLL_SECONDS = 2.0  # how soon a parent waiting for its child jobs looks again
+
+
+class ChildJobsPending(Exception):
+    """Raised by JobContext.wait_for_children (or start_child, when a quota refuses a child for now): the job
+    cannot go on yet. The worker releases it (back to QUEUED, not an attempt, its checkpoint kept) and runs it
+    again from the start after `retry_after_s`, so the worker is free to run the children meanwhile. The job
+    function must therefore be safe to re-run: start_child is idempotent per key, and work done before the wait
+    should be checkpointed or cheap."""
+
+    def __init__(self, message: str, retry_after_s: float = CHILD_POLL_SECONDS):
+        super().__init__(message)
+        self.message, self.retry_after_s = message, float(retry_after_s)
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,15 @@ class JobContext(Protocol):
 
     def forget_records(self, dataset_artifact_id: str, record_ids: list[str]) -> None:
         """Tombstone records of a dataset; takes effect (for every later reader) when this job succeeds."""
+
+    def start_child(self, kind: str, params: dict[str, Any], key: str) -> str:
+        """Start a child job (same tenant) and return its id. Idempotent per `key` within this job: a resumed
+        parent calling it again gets the same child. Cancelling this job cancels its unfinished children."""
+
+    def wait_for_children(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        """The children's outcomes, in order, once every one has ended: {"job_id", "kind", "state" (SUCCEEDED |
+        FAILED | CANCELLED), "result", "error_reason", "error_message", "seconds" (first start to end),
+        "models" ([{"name", "version"}] committed)}. Raises ChildJobsPending while any is unfinished."""
 
 
 class Steps(Protocol):
@@ -137,6 +161,7 @@ class InMemoryJobContext:
     checkpoint: bytes | None = None
     checkpoints_saved: int = 0
     tombstones: dict[str, set[str]] = field(default_factory=dict)
+    children: dict[str, dict[str, Any]] = field(default_factory=dict)  # child key -> outcome (wait_for_children)
 
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         self.events.append((float(fraction), message, dict(metrics)))
@@ -190,3 +215,43 @@ class InMemoryJobContext:
 
     def forget_records(self, dataset_artifact_id: str, record_ids: list[str]) -> None:
         self.tombstones.setdefault(dataset_artifact_id, set()).update(str(r) for r in record_ids)
+
+    def start_child(self, kind: str, params: dict[str, Any], key: str) -> str:
+        """Runs the child inline, to its end, with the job kind's own function (as the worker resolves it); the
+        child shares this context's artifacts, models and tombstones (the same tenant's stores)."""
+        from services import catalog  # noqa: F401 - installs every service's job kinds
+        from services.common.jobkinds import JOB_KINDS
+        from services.common.spec import resolve
+
+        self.check_cancelled()
+        if key in self.children:
+            return self.children[key]["job_id"]
+        child = InMemoryJobContext(params=dict(params), kind=kind, tenant_id=self.tenant_id, artifacts=self.artifacts,
+                                   models=self.models, tombstones=self.tombstones)
+        out: dict[str, Any] = {"job_id": child.job_id, "kind": kind, "result": None, "error_reason": None,
+                               "error_message": None}
+        before = set(self.models)
+        t0 = time.perf_counter()
+        try:
+            out["result"], out["state"] = resolve(JOB_KINDS[kind].target)(child) or {}, "SUCCEEDED"
+        except Cancelled:
+            out["state"] = "CANCELLED"
+        except PraxonError as exc:
+            out.update(state="FAILED", error_reason=exc.reason, error_message=exc.message)
+        out["seconds"] = time.perf_counter() - t0
+        made = [m for m in self.models if m not in before]
+        if out["state"] != "SUCCEEDED":  # as the worker's finish: a job that did not succeed leaves no model
+            for m in made:
+                del self.models[m]
+            made = []
+        out["models"] = [{"name": self.models[m][0].name, "version": None} for m in made]
+        self.children[key] = out
+        return child.job_id
+
+    def wait_for_children(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        self.check_cancelled()
+        by_id = {c["job_id"]: c for c in self.children.values()}
+        missing = [j for j in job_ids if j not in by_id]
+        if missing:
+            raise NotFound(f"job {missing[0]} is not a child job of {self.job_id}")
+        return [dict(by_id[j]) for j in job_ids]

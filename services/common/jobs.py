@@ -1,14 +1,17 @@
 """The job table: the single source of truth for every long job (see ARCHITECTURE, "The job lifecycle"). Every
 statement that moves a job row lives in JobStore, so the state machine is readable in one place:
 
-    submit            -> QUEUED                      (insert + commit, then enqueue; idempotency key)
+    submit            -> QUEUED                      (insert + commit, then enqueue; idempotency key; a child job
+                                                      records its parent)
     claim             QUEUED -> RUNNING              (conditional UPDATE: one owner, a lease, attempts + 1)
     renew             RUNNING, same owner            (extends the lease; reports cancel_requested)
     progress / checkpoint / owned()                  (only while the caller still owns the lease)
     finish            RUNNING -> SUCCEEDED | FAILED | CANCELLED   (outputs committed or discarded in the same
                                                                    transaction)
-    release           RUNNING -> QUEUED              (a transient failure: resume from the checkpoint)
-    cancel            QUEUED -> CANCELLED, or RUNNING flagged (stops at its next step)
+    release           RUNNING -> QUEUED              (a transient failure: resume from the checkpoint; or a job
+                                                      waiting for its child jobs, which is not an attempt)
+    cancel            QUEUED -> CANCELLED, or RUNNING flagged (stops at its next step); the same for every
+                                                      unfinished descendant (child jobs)
     cancel_unstarted  QUEUED + cancel_requested -> CANCELLED  (a delivery that found it cancelled)
     requeue_stale     RUNNING with an expired lease -> QUEUED, re-enqueued (the lease reaper); lost messages resent
 
@@ -32,7 +35,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from services.common.jobkinds import JOB_KINDS
 from services.common.queue import RUN_JOB_TASK
 
@@ -109,10 +112,14 @@ class JobStore:
 
     # ---- producers (services) ----
     def submit(self, tenant_id: str, kind: str, params: dict[str, Any], idempotency_key: str = "",
-               in_transaction: Callable[[Connection, dict], None] | None = None) -> dict:
+               in_transaction: Callable[[Connection, dict], None] | None = None,
+               parent_job_id: str | None = None) -> dict:
         """Insert the job (QUEUED) and commit, then enqueue. The same idempotency key returns the same job.
         `in_transaction(conn, job_row)` runs inside the inserting transaction (only for a new job), so rows a
-        service keeps about the request (e.g. an audit record) exist if and only if the job does."""
+        service keeps about the request (e.g. an audit record) exist if and only if the job does.
+        `parent_job_id`: a child job of that (running) job of the same tenant; refused with Cancelled once the
+        parent's cancellation was requested (the parent's row is locked, as cancel() locks it, so no child
+        starts after a cancel cascaded)."""
         if kind not in JOB_KINDS:  # the kind is the service's choice, not the caller's input
             raise FailedPrecondition(f"job kind {kind} is not available in this deployment",
                                      reason="JOB_KIND_UNAVAILABLE")
@@ -120,13 +127,20 @@ class JobStore:
             raise InvalidArgument("idempotency_key", "at most 200 printable characters")
         queue = JOB_KINDS[kind].queue
         with self.pool.connection() as conn:
+            if parent_job_id is not None:
+                parent = conn.execute("SELECT cancel_requested, state FROM jobs WHERE id = %s AND tenant_id = %s "
+                                      "FOR UPDATE", (parent_job_id, tenant_id)).fetchone()
+                if parent is None:
+                    raise NotFound(f"parent job {parent_job_id} not found")
+                if parent["cancel_requested"] or parent["state"] in TERMINAL:
+                    raise Cancelled("the parent job was cancelled or has ended: no new child jobs")
             if self.quota.per_tenant or self.quota.per_kind:
-                self._check_quota(conn, tenant_id, kind, idempotency_key)
+                self._check_quota(conn, tenant_id, kind, idempotency_key, parent_job_id)
             row = conn.execute(
-                "INSERT INTO jobs (tenant_id, kind, queue, state, params, idempotency_key, enqueued_at) "
-                "VALUES (%s, %s, %s, 'QUEUED', %s, %s, now()) "
+                "INSERT INTO jobs (tenant_id, kind, queue, state, params, idempotency_key, enqueued_at, "
+                "parent_job_id) VALUES (%s, %s, %s, 'QUEUED', %s, %s, now(), %s) "
                 "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *",
-                (tenant_id, kind, queue, Jsonb(params), idempotency_key or None)).fetchone()
+                (tenant_id, kind, queue, Jsonb(params), idempotency_key or None, parent_job_id)).fetchone()
             if row is None:  # the key was used before: that job is the answer
                 existing = conn.execute("SELECT * FROM jobs WHERE tenant_id = %s AND idempotency_key = %s",
                                         (tenant_id, idempotency_key)).fetchone()
@@ -139,15 +153,18 @@ class JobStore:
         self.enqueue(row["id"], queue)
         return row
 
-    def _check_quota(self, conn: Connection, tenant_id: str, kind: str, idempotency_key: str) -> None:
+    def _check_quota(self, conn: Connection, tenant_id: str, kind: str, idempotency_key: str,
+                     parent_job_id: str | None = None) -> None:
         """Inside the submitting transaction, serialised per tenant (an advisory lock), so concurrent submits
-        cannot overshoot. A known idempotency key passes: it returns the existing job."""
+        cannot overshoot. A known idempotency key passes: it returns the existing job. A child job's parent is not
+        counted: it holds no worker while it waits, and counting it could leave it waiting for ever."""
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", (str(tenant_id),))
         if idempotency_key and conn.execute("SELECT 1 FROM jobs WHERE tenant_id = %s AND idempotency_key = %s",
                                             (tenant_id, idempotency_key)).fetchone():
             return
         row = conn.execute("SELECT count(*) AS total, count(*) FILTER (WHERE kind = %s) AS of_kind FROM jobs "
-                           "WHERE tenant_id = %s AND state IN ('QUEUED', 'RUNNING')", (kind, tenant_id)).fetchone()
+                           "WHERE tenant_id = %s AND state IN ('QUEUED', 'RUNNING') AND id IS DISTINCT FROM %s",
+                           (kind, tenant_id, parent_job_id)).fetchone()
         q = self.quota
         if q.per_tenant and row["total"] >= q.per_tenant:
             raise ResourceExhausted(f"this tenant already has {row['total']} unfinished jobs (the limit is "
@@ -157,9 +174,10 @@ class JobStore:
             raise ResourceExhausted(f"this tenant already has {row['of_kind']} unfinished {kind} jobs (the limit is "
                                     f"{q.per_kind})", retry_after_s=q.retry_after_s, reason="JOB_QUOTA_EXCEEDED")
 
-    def enqueue(self, job_id: str, queue: str) -> None:
+    def enqueue(self, job_id: str, queue: str, countdown: float = 0.0) -> None:
+        """Send the job's task; `countdown` (seconds) delays its delivery (a job waiting for its children)."""
         try:
-            self.celery.send_task(RUN_JOB_TASK, args=[str(job_id)], queue=queue)
+            self.celery.send_task(RUN_JOB_TASK, args=[str(job_id)], queue=queue, countdown=countdown or None)
         except Exception:  # the broker may be down: mark the row so that the reaper's next pass sends it again
             log.exception("could not enqueue job %s now; the reaper will retry", job_id)
             try:
@@ -178,8 +196,11 @@ class JobStore:
         return row
 
     def list(self, tenant_id: str, *, size: int, token: str = "", states: list[str] | None = None,
-             kind: str = "") -> tuple[list[dict], str]:
+             kind: str = "", parent_job_id: str = "") -> tuple[list[dict], str]:
         where, args = ["tenant_id = %s"], [tenant_id]
+        if parent_job_id:
+            where.append("parent_job_id = %s")
+            args.append(parse_uuid(parent_job_id, "parent_job_id"))
         if states:
             where.append("state = ANY(%s)")
             args.append(list(states))
@@ -197,23 +218,55 @@ class JobStore:
         return rows[:size], next_token
 
     def cancel(self, tenant_id: str, job_id: str) -> dict:
-        """A queued job becomes CANCELLED at once; a running one is flagged and stops at its next step."""
+        """A queued job becomes CANCELLED at once; a running one is flagged and stops at its next step. Its
+        unfinished child jobs (and theirs) are cancelled in the same transaction."""
         job_id = parse_uuid(job_id, "job_id")
         with self.pool.connection() as conn:
             row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant_id = %s FOR UPDATE",
                                (job_id, tenant_id)).fetchone()
             if row is None:
                 raise NotFound(f"job {job_id} not found")
-            if row["state"] == "QUEUED":
-                row = conn.execute("UPDATE jobs SET state = 'CANCELLED', cancel_requested = true, "
-                                   "finished_at = now(), message = 'cancelled before start' "
-                                   "WHERE id = %s RETURNING *", (job_id,)).fetchone()
-                add_event(conn, job_id, "CANCELLED", row["progress"], "cancelled before start")
-            elif row["state"] == "RUNNING" and not row["cancel_requested"]:
-                row = conn.execute("UPDATE jobs SET cancel_requested = true WHERE id = %s RETURNING *",
-                                   (job_id,)).fetchone()
-                add_event(conn, job_id, "RUNNING", row["progress"], "cancellation requested")
+            row = self._cancel_locked(conn, row)
+            parents = [job_id]
+            while parents:  # descendants, parents locked before children (the order submit locks them in)
+                children = conn.execute("SELECT * FROM jobs WHERE parent_job_id = ANY(%s::uuid[]) "
+                                        "AND state IN ('QUEUED', 'RUNNING') ORDER BY id FOR UPDATE",
+                                        ([str(p) for p in parents],)).fetchall()
+                for child in children:
+                    self._cancel_locked(conn, child, why="parent job cancelled")
+                parents = [c["id"] for c in children]
         return row
+
+    @staticmethod
+    def _cancel_locked(conn: Connection, row: dict, why: str = "") -> dict:
+        job_id = row["id"]
+        if row["state"] == "QUEUED":
+            message = ("cancelled before start" if row["started_at"] is None else "cancelled while queued") + (
+                f" ({why})" if why else "")
+            row = conn.execute("UPDATE jobs SET state = 'CANCELLED', cancel_requested = true, "
+                               "finished_at = now(), message = %s WHERE id = %s RETURNING *",
+                               (message, job_id)).fetchone()
+            add_event(conn, job_id, "CANCELLED", row["progress"], message)
+        elif row["state"] == "RUNNING" and not row["cancel_requested"]:
+            row = conn.execute("UPDATE jobs SET cancel_requested = true WHERE id = %s RETURNING *",
+                               (job_id,)).fetchone()
+            add_event(conn, job_id, "RUNNING", row["progress"],
+                      "cancellation requested" + (f" ({why})" if why else ""))
+        return row
+
+    def children(self, tenant_id: str, parent_job_id: str, job_ids: list[str]) -> list[dict]:
+        """The rows of these child jobs of `parent_job_id` (in the order asked; NotFound for an id that is not
+        one of its children), with `models`: the model versions each committed."""
+        ids = [parse_uuid(j, "job_ids") for j in job_ids]
+        with self.pool.connection() as conn:
+            rows = {str(r["id"]): r for r in conn.execute(
+                "SELECT * FROM jobs WHERE tenant_id = %s AND parent_job_id = %s AND id = ANY(%s::uuid[])",
+                (tenant_id, parent_job_id, ids))}
+        missing = [j for j in ids if j not in rows]
+        if missing:
+            raise NotFound(f"job {missing[0]} is not a child job of {parent_job_id}")
+        outputs = self.outputs_of(ids)
+        return [{**rows[j], "models": outputs[j][1]} for j in ids]
 
     def events_after(self, job_id: str, after_seq: int) -> list[dict]:
         with self.pool.connection() as conn:
@@ -325,11 +378,13 @@ class JobStore:
                           message or state.lower(), job_id))
             add_event(conn, job_id, state, progress, message or state.lower())
 
-    def release(self, job_id: str, owner: str, progress: float, message: str) -> None:
-        """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint)."""
+    def release(self, job_id: str, owner: str, progress: float, message: str, *, waiting: bool = False) -> None:
+        """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint).
+        `waiting`: the job waits for its child jobs; that run does not count as an attempt (attempts is what
+        max_attempts bounds), so a parent may wait any number of times."""
         with self.owned(job_id, owner) as (conn, _):
             conn.execute("UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, "
-                         "enqueued_at = now() WHERE id = %s", (job_id,))
+                         "enqueued_at = now(), attempts = attempts - %s WHERE id = %s", (int(waiting), job_id))
             add_event(conn, job_id, "QUEUED", progress, message)
 
     def cancel_unstarted(self, job_id: str) -> bool:

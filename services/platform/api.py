@@ -70,7 +70,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         states = convert.state_filter(request.states)
         rows, token = await self.app.db(lambda: self.app.jobs.list(current_tenant(), size=size,
                                                                    token=request.page_token, states=states,
-                                                                   kind=request.kind))
+                                                                   kind=request.kind,
+                                                                   parent_job_id=request.parent_job_id))
         outputs = await self.app.db(self.app.jobs.outputs_of, [r["id"] for r in rows])
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(r, *outputs[str(r["id"])]) for r in rows],
                                          next_page_token=token)

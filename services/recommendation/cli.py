@@ -189,12 +189,19 @@ def cmd_sweep(args) -> None:
                            sys.stdout)
     r = from_struct(job.result)
     m = r["metric"]
-    print(f"{r['protocol']}: test {m} per grid point (best on validation marked *)")
+    print(f"{r['protocol'] or 'no point trained'}: test {m} per grid point, each a child training job (best on "
+          "validation marked *)")
     for row in r["rows"]:
         star = "*" if row["point"] == r["best_point"] else " "
+        if row["state"] != "SUCCEEDED":
+            print(f"   {json.dumps(row['point'])}: {row['state']} {row['error']['reason']}: {row['error']['message']} "
+                  f"(job {row['job_id']})")
+            continue
+        model = row["model"]
         print(f" {star} {json.dumps(row['point'])}: valid {row['valid'][m]:.4f} test {row['test'][m]:.4f} "
               f"(masked {row['test']['masked_' + m.removeprefix('masked_')]:.4f}) best epoch "
-              f"{int(row['best_epoch'])}/{int(row['epochs_run'])} {row['seconds']:.0f}s")
+              f"{int(row['best_epoch'])}/{int(row['epochs_run'])} {row['seconds']:.0f}s "
+              f"{model['name']}:{int(model['version']) if model['version'] is not None else '?'} (job {row['job_id']})")
 
 
 def cmd_evaluate(args) -> None:
@@ -259,7 +266,7 @@ def add_commands(sub, client_opts) -> None:
     sp.add_argument("--promote", action="store_true", help="point the 'production' alias at the new version")
     sp.set_defaults(func=cmd_train)
 
-    sp = rsub.add_parser("sweep", help="train one model per grid point (a job) and print the table")
+    sp = rsub.add_parser("sweep", help="train one model per grid point (a child job each) and print the table")
     client_opts(sp)
     sp.add_argument("--dataset", help="dataset artifact id (default: import --builtin first)")
     sp.add_argument("--builtin", default="ml-100k", choices=["ml-100k", "synthetic"])

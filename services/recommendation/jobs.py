@@ -6,14 +6,11 @@ validated once with the job kind's model (params.py), whoever submitted them.
 - run_training(ctx): dataset artifact -> trained, evaluated, registered model (preferdiff | dreamrec | sasrec_ce |
   gru4rec | popularity); the epochs are training.TrainRun's steps under run_steps (progress, cancellation,
   checkpoints, deterministic resume).
-- run_sweep(ctx): one training run per grid point, each a checkpointed step (a killed sweep resumes at the next
-  point), and the table of validation/test metrics. Simplification: the points run inside the sweep job, one after
-  the other, not as separate child jobs (the job context has no way to submit jobs); the table and the best point
-  are the result, no model is registered.
+- run_sweep(ctx): one child `recommendation.train` job per grid point (each registers its own model version), waited
+  for without holding a worker; the table of validation/test metrics per point and the best point on validation.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from services.common.errors import InvalidArgument
@@ -21,10 +18,10 @@ from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
 from services.recommendation.data import (DATASET_CONTENT_TYPE, Dataset, build_dataset, load_movielens_100k,
                                           read_interactions, synthetic_interactions)
-from services.recommendation.params import (ImportParams, SweepParams, SyntheticParams, TrainParams,
+from services.recommendation.params import (METRICS, ImportParams, SweepParams, SyntheticParams, TrainParams,
                                             grid_points)
 from services.recommendation.recommender import MODEL_FORMAT, REGISTRY_KIND, load_recommender
-from services.recommendation.training import TrainResult, TrainRun, fit
+from services.recommendation.training import TrainResult, TrainRun
 
 
 # --------------------------------------------------------------------------------------------------- import job
@@ -110,50 +107,64 @@ def run_training(ctx: JobContext) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- sweep job
-class Sweep:
-    """One step per grid point: train base + point to its end, record its metrics."""
+SWEEP_CHILD_KIND = "recommendation.train"
 
-    def __init__(self, p: SweepParams):
-        self.p = p
-        self.points = grid_points(p)
-        self.total = len(self.points)
-        self.rows: list[dict[str, Any]] = []
-        # every point is validated now, so a bad grid fails before any training
-        self.configs = [parse_params(TrainParams, {**p.base, **pt}, prefix="params.base.") for pt in self.points]
 
-    def setup(self, ctx: JobContext) -> None:
-        self.ctx = ctx
-        self.dataset = Dataset.from_bytes(ctx.read_artifact(self.p.dataset_artifact_id),
-                                          field="params.dataset_artifact_id")
+def sweep_model_name(p: SweepParams, sweep_job_id: str, i: int) -> str:
+    """Each point's child registers its own model: `<base model_name>-<i>`, or `rec-sweep-<first 8 hex digits of
+    the sweep's job id>-<i>` when the base names none (one name per point, so a point's version is its own)."""
+    return f"{p.base.get('model_name') or 'rec-sweep-' + sweep_job_id.replace('-', '')[:8]}-{i}"
 
-    def step(self, i: int) -> dict[str, float]:
-        t0 = time.perf_counter()
-        r = fit(self.configs[i], self.dataset, on_epoch=lambda e, m: self.ctx.check_cancelled())
-        row = {"point": self.points[i], "valid": r.valid_metrics, "test": r.test_metrics,
-               "best_epoch": r.best_epoch, "epochs_run": r.epochs_run, "seconds": time.perf_counter() - t0}
-        self.rows.append(row)
-        return {f"valid_{_metric_key(self.p.metric)}": r.valid_metrics[self.p.metric],
-                f"test_{_metric_key(self.p.metric)}": r.test_metrics[self.p.metric]}
 
-    def state(self) -> dict[str, Any]:
-        return {"rows": self.rows}
+def _split_metrics(metrics: dict[str, float], split: str) -> dict[str, float]:
+    """The training job's flat metrics ("valid_masked_ndcg_10") back to a split's table ("masked_ndcg@10")."""
+    return {m: metrics[f"{split}_{_metric_key(m)}"] for m in METRICS if f"{split}_{_metric_key(m)}" in metrics}
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.rows = list(state["rows"])
 
-    def result(self, ctx: JobContext) -> dict[str, Any]:
-        m = self.p.metric
-        best = max(self.rows, key=lambda r: r["valid"][m]) if self.rows else None
-        return {"protocol": self.dataset.protocol, "metric": m, "rows": self.rows,
-                "best_point": best["point"] if best else None,
-                "best_test": best["test"][m] if best else None}
+def sweep_row(point: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """One line of the table from a finished child: metrics of a point that trained, or the child's end state and
+    reason (a failed or cancelled point does not fail the sweep)."""
+    row: dict[str, Any] = {"point": point, "job_id": child["job_id"], "state": child["state"],
+                           "seconds": child["seconds"], "valid": None, "test": None, "best_epoch": None,
+                           "epochs_run": None, "model": None, "error": None}
+    if child["state"] == "SUCCEEDED":
+        r = child["result"]
+        model = child["models"][0] if child["models"] else {"name": r["model_name"], "version": None}
+        row.update(valid=_split_metrics(r["metrics"], "valid"), test=_split_metrics(r["metrics"], "test"),
+                   best_epoch=r["best_epoch"], epochs_run=r["epochs_run"],
+                   model={"name": model["name"], "version": model["version"],
+                          "model_version_id": r["model_version_id"]})
+    else:
+        row["error"] = {"reason": child["error_reason"] or child["state"], "message": child["error_message"] or ""}
+    return row
 
 
 def run_sweep(ctx: JobContext) -> dict:
-    """params: SweepParams. Returns {"rows": [{point, valid, test, best_epoch, epochs_run, seconds}], "best_point",
-    "best_test", "metric", "protocol"}; the best point is chosen on validation."""
+    """params: SweepParams. Every grid point is a child `recommendation.train` job (base + point, its own model
+    name: sweep_model_name); the sweep starts them all, waits for them without holding a worker
+    (JobContext.wait_for_children: a single worker runs the children meanwhile), then reports the table.
+    Returns {"rows": [{point, job_id, state, valid, test, best_epoch, epochs_run, seconds, model {name, version,
+    model_version_id}, error}], "best_point", "best_test", "best_job_id", "metric", "protocol"}; the best point is
+    chosen on validation among the points that trained. Re-run from the start after each wait: cheap, since
+    start_child returns the existing child for a point's key."""
     p = parse_params(SweepParams, ctx.params, prefix="params.")
-    return run_steps(ctx, Sweep(p), message=lambda done, total: f"grid point {done}/{total}")
+    points = grid_points(p)
+    configs = []  # every point is validated now, so a bad grid fails before any training
+    for i, pt in enumerate(points):
+        data = {**p.base, **pt, "dataset_artifact_id": p.dataset_artifact_id,
+                "model_name": sweep_model_name(p, ctx.job_id, i)}
+        configs.append(parse_params(TrainParams, data, prefix="params.base."))
+    ids = [ctx.start_child(SWEEP_CHILD_KIND, cfg.model_dump(exclude_none=True), key=f"point-{i}")
+           for i, cfg in enumerate(configs)]
+    children = ctx.wait_for_children(ids)
+    rows = [sweep_row(pt, child) for pt, child in zip(points, children, strict=True)]
+    m = p.metric
+    trained = [r for r in rows if r["state"] == "SUCCEEDED"]
+    best = max(trained, key=lambda r: r["valid"][m]) if trained else None
+    protocol = next((c["result"]["protocol"] for c in children if c["state"] == "SUCCEEDED"), None)
+    ctx.progress(0.99, f"{len(trained)}/{len(rows)} grid points trained")
+    return {"protocol": protocol, "metric": m, "rows": rows, "best_point": best["point"] if best else None,
+            "best_test": best["test"][m] if best else None, "best_job_id": best["job_id"] if best else None}
 
 
 __all__ = ["run_import", "run_training", "run_sweep", "load_recommender"]

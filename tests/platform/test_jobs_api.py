@@ -115,3 +115,8 @@ def test_list_jobs_pages_and_filters(jobs, tenants):
     assert ids <= set(seen) and len(seen) == len(set(seen))
     succeeded = jobs.ListJobs(jobs_pb2.ListJobsRequest(states=[common_pb2.JOB_STATE_SUCCEEDED]), metadata=auth(token))
     assert all(j.state == common_pb2.JOB_STATE_SUCCEEDED for j in succeeded.jobs)
+    # child jobs of a job (tests/workers/test_child_jobs.py has jobs that have some): none here, and a UUID is required
+    assert not jobs.ListJobs(jobs_pb2.ListJobsRequest(parent_job_id=min(ids)), metadata=auth(token)).jobs
+    with pytest.raises(grpc.RpcError) as e:
+        jobs.ListJobs(jobs_pb2.ListJobsRequest(parent_job_id="not-a-job"), metadata=auth(token))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT

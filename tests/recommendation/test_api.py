@@ -667,7 +667,9 @@ def test_builtin_imports_with_the_same_parameters_return_the_existing_dataset(en
 
 
 def test_protocol_import_and_sweep_through_the_api(env):
-    """A leave_one_out import records its protocol; a sweep job trains each grid point and reports the table."""
+    """A leave_one_out import records its protocol; a sweep job trains each grid point as a child training job
+    (ListJobs/GetJob show them with their parent; each registered its own model) and reports the table. The module's
+    one worker runs the children while the sweep waits: a wait is not an attempt."""
     s, md = env.stub, env.md
     imp = wait_job(env.jobs, env.token, s.StartImportInteractionsJob(pb.StartImportInteractionsJobRequest(
         builtin=pb.BUILTIN_DATASET_SYNTHETIC, synthetic=pb.SyntheticOptions(**SYNTH),
@@ -685,6 +687,43 @@ def test_protocol_import_and_sweep_through_the_api(env):
     assert [r["point"]["dim"] for r in result["rows"]] == [8, 16] and result["protocol"] == "leave_one_out"
     assert result["best_point"] in [r["point"] for r in result["rows"]]
     assert all(0.0 <= r["test"]["masked_ndcg@10"] <= 1.0 for r in result["rows"])
+    children = env.jobs.ListJobs(jobs_pb2.ListJobsRequest(parent_job_id=job.id), metadata=md).jobs
+    assert sorted(c.id for c in children) == sorted(r["job_id"] for r in result["rows"])
+    assert all(c.kind == "recommendation.train" and c.parent_job_id == job.id and c.state == common_pb2.JOB_STATE_SUCCEEDED
+               for c in children)
+    for i, row in enumerate(result["rows"]):
+        child = env.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=row["job_id"]), metadata=md).job
+        name = f"rec-sweep-{job.id.replace('-', '')[:8]}-{i}"
+        assert row["state"] == "SUCCEEDED" and row["model"]["name"] == name and row["model"]["version"] == 1
+        assert child.parent_job_id == job.id and [(m.name, m.version) for m in child.models] == [(name, 1)]
+        assert child.params["dim"] == row["point"]["dim"] and child.params["epochs"] == 1
+    assert not job.parent_job_id and job.attempts == 1
+    from services.common import db
+
+    with db.connect(env.settings) as conn:
+        messages = [r["message"] for r in conn.execute("SELECT message FROM job_events WHERE job_id = %s ORDER BY seq",
+                                                       (job.id,))]
+    assert any(m.startswith("waiting for") for m in messages), messages  # it did wait, and came back
+
+
+def test_cancelling_a_sweep_cancels_its_children(env):
+    """CancelJob on a sweep whose child trains: the sweep and both children end CANCELLED, no model registered."""
+    md = env.md
+    job = env.stub.StartSweepJob(pb.StartSweepJobRequest(
+        dataset_artifact_id=env.dataset_id, model_kind=pb.MODEL_KIND_SASREC_CE,
+        params=pb.TrainingParams(epochs=500, batch_size=8, patience=500), metric="ndcg@10",
+        grid=[pb.SweepAxis(name="dim", values=[8, 16])]), metadata=md).job
+
+    def running_child():
+        kids = env.jobs.ListJobs(jobs_pb2.ListJobsRequest(parent_job_id=job.id), metadata=md).jobs
+        return kids if any(k.state == common_pb2.JOB_STATE_RUNNING for k in kids) else None
+    kids = harness.wait_for(running_child, 120, 0.3, what="a running child of the sweep")
+    assert len(kids) == 2
+    env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=md)
+    assert wait_job(env.jobs, env.token, job.id).state == common_pb2.JOB_STATE_CANCELLED
+    for kid in kids:
+        done = wait_job(env.jobs, env.token, kid.id)
+        assert done.state == common_pb2.JOB_STATE_CANCELLED and not done.models, (done, env.worker.log.read_text()[-2000:])
 
 
 def test_predictor_follows_alias_moves(env):

@@ -256,23 +256,45 @@ def test_metrics_report_protocol_and_both_masked_and_unmasked(dataset_blob):
     assert config["protocol"] == "user_split" and config["train"]["early_stop_metric"] == "ndcg@10"
 
 
-def test_sweep_job_reports_a_table_and_resumes(dataset_blob):
+def test_sweep_job_runs_each_point_as_a_child_training_job(dataset_blob):
+    """Each grid point is a child recommendation.train job (run inline by InMemoryJobContext) that registers its
+    own model; a point whose child fails (device "cuda" on a worker without a GPU) is a row with the child's
+    reason, not a failed sweep; the best point is chosen on validation among the points that trained; a re-run of
+    the parent (as after each wait in the worker) starts no second child."""
     from services.recommendation.jobs import run_sweep
+    from services.recommendation.params import TrainParams
+    from services.recommendation.training import fit
 
-    params = {"base": {"model_kind": "preferdiff", "epochs": 1, "patience": 5, **FAST},
-              "grid": {"lam": [0.4, 1.0], "guidance_w": [0.0, 2.0]}, "metric": "ndcg@10"}
-    crash = CrashAfter(2, params={})
-    crash.params = {"dataset_artifact_id": crash.add_artifact(dataset_blob), **params}
-    with pytest.raises(RuntimeError, match="worker killed"):
-        run_sweep(crash)
-    resumed = InMemoryJobContext(params=dict(crash.params), checkpoint=crash.checkpoint)
-    resumed.artifacts = dict(crash.artifacts)
-    out = run_sweep(resumed)
-    assert [r["point"] for r in out["rows"]] == [{"lam": 0.4, "guidance_w": 0.0}, {"lam": 0.4, "guidance_w": 2.0},
-                                                 {"lam": 1.0, "guidance_w": 0.0}, {"lam": 1.0, "guidance_w": 2.0}]
-    assert len(resumed.events) == 2  # only the two missing points ran
-    best = max(out["rows"], key=lambda r: r["valid"]["ndcg@10"])
+    base = {"model_kind": "sasrec_ce", "epochs": 1, "patience": 5, "model_name": "swp", "dim": 16, "batch_size": 64,
+            "lr": 3e-3}
+    ctx = ctx_with(dataset_blob, base=base, grid={"dim": [8, 16], "device": ["cpu", "cuda"]}, metric="ndcg@10")
+    out = run_sweep(ctx)
+    points = [{"dim": d, "device": v} for d in (8, 16) for v in ("cpu", "cuda")]
+    assert [r["point"] for r in out["rows"]] == points
+    assert list(ctx.children) == [f"point-{i}" for i in range(4)]
+    assert [r["job_id"] for r in out["rows"]] == [c["job_id"] for c in ctx.children.values()]
+    assert {c["kind"] for c in ctx.children.values()} == {"recommendation.train"}
+    gpu = torch.cuda.is_available()
+    for i, r in enumerate(out["rows"]):
+        if r["point"]["device"] == "cuda" and not gpu:
+            assert r["state"] == "FAILED" and r["error"]["reason"] == "NO_GPU" and r["test"] is None, r
+            assert r["model"] is None
+        else:
+            assert r["state"] == "SUCCEEDED" and r["model"]["name"] == f"swp-{i}", r
+            assert ctx.models[r["model"]["model_version_id"]][0].name == f"swp-{i}"
+            assert r["epochs_run"] == 1 and r["seconds"] > 0
+    assert sorted(info.name for info, *_ in ctx.models.values()) == [
+        f"swp-{i}" for i, pt in enumerate(points) if gpu or pt["device"] == "cpu"]
+    trained = [r for r in out["rows"] if r["state"] == "SUCCEEDED"]
+    best = max(trained, key=lambda r: r["valid"]["ndcg@10"])
     assert out["best_point"] == best["point"] and out["best_test"] == best["test"]["ndcg@10"]
+    assert out["best_job_id"] == best["job_id"] and out["protocol"] == "user_split"
+    # the child trained exactly base + point: the same metrics as that configuration trained directly
+    direct = fit(TrainParams(**{**base, "dim": 8, "device": "cpu"}), Dataset.from_bytes(dataset_blob))
+    assert out["rows"][0]["test"] == pytest.approx(direct.test_metrics)
+    assert out["rows"][0]["valid"] == pytest.approx(direct.valid_metrics)
+    again = run_sweep(ctx)  # the parent run again: the same children, no new training
+    assert len(ctx.children) == 4 and again["rows"] == out["rows"]
     with pytest.raises(InvalidArgument) as e:
         run_sweep(InMemoryJobContext(params={"dataset_artifact_id": "x", "grid": {"dim": [15]},
                                              "base": {"heads": 2}}))

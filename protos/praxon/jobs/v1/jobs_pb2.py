@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from praxon.common.v1 import common_pb2 as praxon_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19praxon/jobs/v1/jobs.proto\x12\x0epraxon.jobs.v1\x1a\x1dpraxon/common/v1/common.proto\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0eGetJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\"r\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12*\n\x06states\x18\x03 \x03(\x0e\x32\x1a.praxon.common.v1.JobState\x12\x0c\n\x04kind\x18\x04 \x01(\t\"P\n\x10ListJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.praxon.common.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"7\n\x11\x43\x61ncelJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\"9\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"=\n\x10WatchJobResponse\x12)\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.JobEvent\"W\n\x17StartSelfTestJobRequest\x12\r\n\x05steps\x18\x01 \x01(\x05\x12\x14\n\x0cstep_seconds\x18\x02 \x01(\x01\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\">\n\x18StartSelfTestJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job2\xae\x03\n\nJobService\x12G\n\x06GetJob\x12\x1d.praxon.jobs.v1.GetJobRequest\x1a\x1e.praxon.jobs.v1.GetJobResponse\x12M\n\x08ListJobs\x12\x1f.praxon.jobs.v1.ListJobsRequest\x1a .praxon.jobs.v1.ListJobsResponse\x12P\n\tCancelJob\x12 .praxon.jobs.v1.CancelJobRequest\x1a!.praxon.jobs.v1.CancelJobResponse\x12O\n\x08WatchJob\x12\x1f.praxon.jobs.v1.WatchJobRequest\x1a .praxon.jobs.v1.WatchJobResponse0\x01\x12\x65\n\x10StartSelfTestJob\x12\'.praxon.jobs.v1.StartSelfTestJobRequest\x1a(.praxon.jobs.v1.StartSelfTestJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19praxon/jobs/v1/jobs.proto\x12\x0epraxon.jobs.v1\x1a\x1dpraxon/common/v1/common.proto\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0eGetJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\"\x89\x01\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12*\n\x06states\x18\x03 \x03(\x0e\x32\x1a.praxon.common.v1.JobState\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x15\n\rparent_job_id\x18\x05 \x01(\t\"P\n\x10ListJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.praxon.common.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"7\n\x11\x43\x61ncelJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\"9\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"=\n\x10WatchJobResponse\x12)\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.praxon.common.v1.JobEvent\"W\n\x17StartSelfTestJobRequest\x12\r\n\x05steps\x18\x01 \x01(\x05\x12\x14\n\x0cstep_seconds\x18\x02 \x01(\x01\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\">\n\x18StartSelfTestJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job2\xae\x03\n\nJobService\x12G\n\x06GetJob\x12\x1d.praxon.jobs.v1.GetJobRequest\x1a\x1e.praxon.jobs.v1.GetJobResponse\x12M\n\x08ListJobs\x12\x1f.praxon.jobs.v1.ListJobsRequest\x1a .praxon.jobs.v1.ListJobsResponse\x12P\n\tCancelJob\x12 .praxon.jobs.v1.CancelJobRequest\x1a!.praxon.jobs.v1.CancelJobResponse\x12O\n\x08WatchJob\x12\x1f.praxon.jobs.v1.WatchJobRequest\x1a .praxon.jobs.v1.WatchJobResponse0\x01\x12\x65\n\x10StartSelfTestJob\x12\'.praxon.jobs.v1.StartSelfTestJobRequest\x1a(.praxon.jobs.v1.StartSelfTestJobResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,22 +36,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_end=107
   _globals['_GETJOBRESPONSE']._serialized_start=109
   _globals['_GETJOBRESPONSE']._serialized_end=161
-  _globals['_LISTJOBSREQUEST']._serialized_start=163
-  _globals['_LISTJOBSREQUEST']._serialized_end=277
-  _globals['_LISTJOBSRESPONSE']._serialized_start=279
-  _globals['_LISTJOBSRESPONSE']._serialized_end=359
-  _globals['_CANCELJOBREQUEST']._serialized_start=361
-  _globals['_CANCELJOBREQUEST']._serialized_end=395
-  _globals['_CANCELJOBRESPONSE']._serialized_start=397
-  _globals['_CANCELJOBRESPONSE']._serialized_end=452
-  _globals['_WATCHJOBREQUEST']._serialized_start=454
-  _globals['_WATCHJOBREQUEST']._serialized_end=511
-  _globals['_WATCHJOBRESPONSE']._serialized_start=513
-  _globals['_WATCHJOBRESPONSE']._serialized_end=574
-  _globals['_STARTSELFTESTJOBREQUEST']._serialized_start=576
-  _globals['_STARTSELFTESTJOBREQUEST']._serialized_end=663
-  _globals['_STARTSELFTESTJOBRESPONSE']._serialized_start=665
-  _globals['_STARTSELFTESTJOBRESPONSE']._serialized_end=727
-  _globals['_JOBSERVICE']._serialized_start=730
-  _globals['_JOBSERVICE']._serialized_end=1160
+  _globals['_LISTJOBSREQUEST']._serialized_start=164
+  _globals['_LISTJOBSREQUEST']._serialized_end=301
+  _globals['_LISTJOBSRESPONSE']._serialized_start=303
+  _globals['_LISTJOBSRESPONSE']._serialized_end=383
+  _globals['_CANCELJOBREQUEST']._serialized_start=385
+  _globals['_CANCELJOBREQUEST']._serialized_end=419
+  _globals['_CANCELJOBRESPONSE']._serialized_start=421
+  _globals['_CANCELJOBRESPONSE']._serialized_end=476
+  _globals['_WATCHJOBREQUEST']._serialized_start=478
+  _globals['_WATCHJOBREQUEST']._serialized_end=535
+  _globals['_WATCHJOBRESPONSE']._serialized_start=537
+  _globals['_WATCHJOBRESPONSE']._serialized_end=598
+  _globals['_STARTSELFTESTJOBREQUEST']._serialized_start=600
+  _globals['_STARTSELFTESTJOBREQUEST']._serialized_end=687
+  _globals['_STARTSELFTESTJOBRESPONSE']._serialized_start=689
+  _globals['_STARTSELFTESTJOBRESPONSE']._serialized_end=751
+  _globals['_JOBSERVICE']._serialized_start=754
+  _globals['_JOBSERVICE']._serialized_end=1184
 # @@protoc_insertion_point(module_scope)

@@ -90,8 +90,8 @@ class RecommendationServiceServicer:
 
     def StartSweepJob(self, request, context):
         """Starts a hyper-parameter sweep: one training run per point of a grid (e.g. dims x lambda x w x lr) on one
-        dataset, each point a checkpointed step of the sweep job; the job's result is the table of validation and test
-        metrics per point and the point that is best on validation.
+        dataset, each point a child training job (ListJobs parent_job_id; each registers its own model version); the
+        job's result is the table of validation and test metrics per point and the point that is best on validation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
