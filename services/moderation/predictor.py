@@ -37,7 +37,7 @@ from services.moderation.taxonomy import N_TOPICS, TOPICS
 def _strings(inp, name: str, n: int | None = None) -> list[str]:
     if inp.datatype != "BYTES":
         raise InvalidInput(f"input {name!r} must be BYTES, got {inp.datatype}")
-    arr = np.asarray(inp.as_numpy(), dtype=object).reshape(-1)
+    arr = np.asarray(oip.array(inp, name), dtype=object).reshape(-1)
     if n is not None and len(arr) != n:
         raise InvalidInput(f"input {name!r} has {len(arr)} elements, expected {n}")
     out = []

@@ -40,7 +40,7 @@ def _scalar(payload: InferRequest, name: str, datatypes: tuple[str, ...], defaul
         return default
     if inp.datatype not in datatypes:
         raise InvalidInput(f"input {name!r} must be {' or '.join(datatypes)}, got {inp.datatype}")
-    arr = np.asarray(inp.as_numpy()).reshape(-1)
+    arr = np.asarray(oip.array(inp, name)).reshape(-1)
     if arr.size != 1:
         raise InvalidInput(f"input {name!r} must hold one value, got {arr.size}")
     return arr[0].item()
@@ -73,7 +73,7 @@ class RecommendationPredictor(Model):
             raise InvalidInput("input 'history' (INT64 [B, L] catalogue indices, 0-padded) is required")
         if inp.datatype not in ("INT64", "INT32"):
             raise InvalidInput(f"input 'history' must be INT64, got {inp.datatype}")
-        arr = np.asarray(inp.as_numpy())
+        arr = np.asarray(oip.array(inp, "history"))
         if arr.ndim == 1:
             arr = arr.reshape(1, -1)
         if arr.ndim != 2 or arr.shape[0] < 1:

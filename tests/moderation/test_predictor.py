@@ -219,3 +219,31 @@ def test_tritonclient_reads_the_moderation_predictor(served_guard):
         meta = got[proto]["meta"]
         assert meta["inputs"] == [["text", "BYTES", [-1]], ["role", "BYTES", [-1]], ["prompt", "BYTES", [-1]]], proto
         assert {n: (d, s) for n, d, s in meta["outputs"]} == OUTPUT_TYPES, proto
+
+
+def test_text_that_is_not_utf8_is_refused_naming_the_element(served_guard):
+    """Over HTTP kserve decodes BYTES to text before the predictor runs (it was a 500 there); over gRPC the
+    predictor decodes them. Both: the caller's error, naming the element."""
+    import grpc
+    import tritonclient.http as th
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as oip_pb
+    from kserve.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+    from tritonclient.utils import InferenceServerException
+
+    texts = [b"fine", b"bad \xff"]
+    md = [("authorization", f"Bearer {served_guard.token}")]
+    client = th.InferenceServerClient(f"127.0.0.1:{served_guard.http}")
+    try:
+        inp = th.InferInput("text", [2], "BYTES")
+        inp.set_data_from_numpy(np.array(texts, dtype=object))
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("moderation", [inp], headers=dict(md))  # (tritonclient adds its own headers to it)
+    finally:
+        client.close()
+    assert err.value.status() == "400" and "text[1] is not valid UTF-8" in err.value.message(), err.value
+    request = oip_pb.ModelInferRequest(model_name="moderation", inputs=[oip_pb.ModelInferRequest.InferInputTensor(
+        name="text", datatype="BYTES", shape=[2], contents=oip_pb.InferTensorContents(bytes_contents=texts))])
+    with grpc.insecure_channel(f"127.0.0.1:{served_guard.grpc}") as ch:
+        with pytest.raises(grpc.RpcError) as rpc:
+            GRPCInferenceServiceStub(ch).ModelInfer(request, metadata=md, timeout=60)
+    assert rpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "text[1] is not valid UTF-8" in rpc.value.details()
