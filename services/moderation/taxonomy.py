@@ -2,8 +2,13 @@
 
 The rubric rules double as the training rules of the policy scorer (policies.py): each topic contributes a few
 [BLOCKED] phrasings (harmful engagement with the topic, severity >= 1) and [ALLOWED] phrasings (negligible,
-severity 0: education, news, prevention, refusals)."""
+severity 0: education, news, prevention, refusals). The per-topic severity rubric (what makes a text level 1..4
+for each topic, after BingoGuard's) is data: data/rubric.json, loaded by `severity_rubric`."""
 from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
 
 TOPICS: tuple[str, ...] = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")
 TOPIC_NAMES: dict[str, str] = {
@@ -74,3 +79,10 @@ RUBRIC_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             ("Fact-checking false claims and explaining how to spot misinformation.",
              "Accurate information from reliable sources about health, science or elections.")),
 }
+
+
+@functools.cache
+def severity_rubric() -> dict[str, dict[int, str]]:
+    """topic -> {level 1..4: its definition}, from the packaged data/rubric.json (the seed set's labels follow it)."""
+    data = json.loads(resources.files("services.moderation.data").joinpath("rubric.json").read_text("utf-8"))
+    return {t: {int(k): v for k, v in spec["levels"].items()} for t, spec in data["topics"].items()}

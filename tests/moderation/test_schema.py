@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,7 @@ from services.moderation.schema import (
     import_wildguardmix,
     parse_guard_jsonl,
 )
-from services.moderation.taxonomy import TOPICS
+from services.moderation.taxonomy import TOPIC_NAMES, TOPICS, severity_rubric
 
 
 def _jsonl(rows):
@@ -32,6 +33,34 @@ def test_seed_set_covers_topics_roles_levels_and_splits(seed_rows):
         for split in ("train", "validation"):
             for role in ("prompt", "response"):
                 assert any(t in r.topics and r.unsafe and r.split == split and r.role == role for r in seed_rows)
+
+
+def test_every_topic_has_a_four_level_rubric_and_every_unsafe_label_uses_it(seed_rows):
+    rubric = severity_rubric()
+    raw = json.loads(Path(__file__).parents[2].joinpath("services/moderation/data/rubric.json").read_text())
+    assert set(rubric) == set(TOPICS)
+    for t in TOPICS:
+        assert raw["topics"][t]["name"] == TOPIC_NAMES[t]
+        assert sorted(rubric[t]) == [1, 2, 3, 4]
+        defs = [rubric[t][k].strip() for k in (1, 2, 3, 4)]
+        assert all(len(d) >= 40 for d in defs) and len(set(defs)) == 4  # four distinct, written-out definitions
+    unsafe_levels = {t: set() for t in TOPICS}
+    for r in seed_rows:
+        assert not r.unsafe or (r.topics and set(r.topics) <= set(rubric)), r.id
+        for t, lvl in r.severity.items():
+            assert t in rubric, (r.id, t)
+            assert lvl == 0 or (r.unsafe and lvl in rubric[t]), (r.id, t, lvl)
+            if lvl:
+                unsafe_levels[t].add(lvl)
+    # the seed set exercises every level of every topic's rubric
+    assert all(levels == {1, 2, 3, 4} for levels in unsafe_levels.values()), unsafe_levels
+
+
+def test_shipped_seed_file_is_what_make_seed_writes(seed_rows):
+    """The JSONL is generated (make_seed.py checks every unsafe label against the rubric while writing it)."""
+    from services.moderation.data.make_seed import build_rows
+
+    assert parse_guard_jsonl(_jsonl(build_rows())) == seed_rows
 
 
 @pytest.mark.parametrize("bad,field", [
