@@ -372,11 +372,38 @@ def error_of(exc: BaseException) -> OpenAIError:
     return OpenAIError(500, f"internal error (request id {request_id})", type_="server_error")
 
 
+class ClientGone(Exception):
+    """The HTTP client disconnected before its answer was ready."""
+
+
+async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """Await `work`, cancelling it when the HTTP client disconnects first: Starlette cancels a streaming response
+    whose client left, but not a handler still computing a JSON answer, so without this a non-streaming
+    completion would generate to the end for nobody. Cancelling unwinds engine_events, which cancels the engine
+    request and frees its sequence. The disconnect is seen the way Starlette's StreamingResponse sees it: the body
+    has been read, so the next ASGI receive() is the http.disconnect message."""
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()  # the client left (or this handler itself was cancelled)
+            await asyncio.wait({task})  # let it unwind: its engine request is cancelled on the way out
+    if task.cancelled():
+        raise ClientGone()
+    return task.result()
+
+
 def router(service: OpenAIService):
     """A FastAPI router with the OpenAI paths under /openai/v1 and /v1. Bodies are read and validated here (not by
     FastAPI), so every error has OpenAI's shape whatever app the router is mounted on."""
     from fastapi import APIRouter
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
 
     def error_response(exc: BaseException) -> JSONResponse:
         err = error_of(exc)
@@ -391,7 +418,9 @@ def router(service: OpenAIService):
                     raise OpenAIError(400, "the body is not valid JSON") from None
                 if not isinstance(body, dict):
                     raise OpenAIError(400, "the body must be a JSON object")
-                out = await method(body)
+                out = await until_disconnected(request, method(body))
+            except ClientGone:
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
             except Exception as exc:  # noqa: BLE001 - every error answered in OpenAI's shape
                 return error_response(exc)
             if isinstance(out, dict):

@@ -77,8 +77,9 @@ def model_config(p: TrainParams, vocab_size: int, tokenizer) -> Any:
     return LlamaConfig(vocab_size=vocab_size, hidden_size=p.hidden_size, intermediate_size=4 * p.hidden_size,
                        num_hidden_layers=p.num_layers, num_attention_heads=p.num_heads,
                        num_key_value_heads=p.num_kv_heads or p.num_heads, max_position_embeddings=p.max_seq_len,
-                       rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+                       rms_norm_eps=1e-5, initializer_range=p.init_std, tie_word_embeddings=True,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id)
 
 
 class LanguageModelTraining:
@@ -96,8 +97,12 @@ class LanguageModelTraining:
             docs = read_corpus(ctx.read_artifact(p.corpus_artifact_id), "params.corpus_artifact_id")
             self.source = f"artifact:{p.corpus_artifact_id}"
         else:
+            only_records = p.builtin_tasks == "records"
             docs = builtin.builtin_corpus(p.seed, n_retrieval=p.builtin_retrieval_docs,
-                                          max_records=p.builtin_max_records)
+                                          min_records=p.builtin_min_records, max_records=p.builtin_max_records,
+                                          lookups=p.builtin_lookups, qa_repeats=0 if only_records else 6,
+                                          n_passkey=0 if only_records else None,
+                                          n_multidoc=0 if only_records else None)
             self.source = "builtin"
         rng = random.Random(p.seed)
         order = list(range(len(docs)))

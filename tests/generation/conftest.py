@@ -19,12 +19,12 @@ def tokenizer():
     return train_tokenizer(corpus.builtin_corpus(0, n_retrieval=200, qa_repeats=1), 400)
 
 
-def tiny_llama(tokenizer, seed: int = 0, layers: int = 2):
+def tiny_llama(tokenizer, seed: int = 0, layers: int = 2, context: int = 256):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     return LlamaForCausalLM(cfg).eval()

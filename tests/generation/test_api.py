@@ -248,6 +248,11 @@ def test_bad_input_names_the_field(env):
          grpc.StatusCode.NOT_FOUND, method=env.stub.CountTokens)
     _bad(env, pb.StartLanguageModelTrainingJobRequest(params=pb.LanguageModelTrainingParams(steps=0)),
          "params.steps", method=env.stub.StartLanguageModelTrainingJob)
+    for params, field in [(dict(builtin_tasks="facts\0"), "params.builtin_tasks"),
+                          (dict(init_std=float("nan")), "params.init_std"),
+                          (dict(builtin_min_records=9, builtin_max_records=4), "params.builtin_max_records")]:
+        _bad(env, pb.StartLanguageModelTrainingJobRequest(params=pb.LanguageModelTrainingParams(**params)), field,
+             method=env.stub.StartLanguageModelTrainingJob)
     _bad(env, pb.StartLanguageModelTrainingJobRequest(model_name="bad name"), "model_name",
          method=env.stub.StartLanguageModelTrainingJob)
     _bad(env, pb.StartImportLanguageModelJobRequest(model_name="x"), "artifact_id",

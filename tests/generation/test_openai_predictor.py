@@ -5,6 +5,7 @@ equal the engine's own for the same prompt; bad fields -> 400 naming the field; 
 a full engine queue -> 429 with Retry-After, and the chat template path."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -225,6 +226,33 @@ def test_chat_uses_the_tokenizers_template_when_it_has_one(llama, tokenizer):
         assert r.choices[0].message.content == fin.text and r.usage.completion_tokens == 6
         fallback = engine.encode("user: lookup : key\nassistant:")
         assert r.usage.prompt_tokens == len(engine.encode("<user>lookup : key\n<assistant>")) != len(fallback)
+    finally:
+        server.stop()
+        engine.stop()
+
+
+@pytest.mark.parametrize("path", ["completions", "chat/completions"])
+def test_a_client_that_disconnects_frees_its_sequence(tokenizer, path):
+    """A non-streaming request whose HTTP client goes away mid-generation is cancelled: the engine frees its
+    sequence long before the 1000 tokens it asked for (without the disconnect watch it generated them all)."""
+    engine = Engine(tiny_llama(tokenizer, seed=5, context=1100), tokenizer, name="gone").start()
+    server = OpenAIServer(openai_service(engine, tokenizer))
+    try:
+        body = {"model": "m", "max_tokens": 1000, "temperature": 0, "ignore_eos": True,
+                **({"prompt": PROMPT} if path == "completions" else
+                   {"messages": [{"role": "user", "content": PROMPT}]})}
+        data = json.dumps(body).encode()
+        freed, tokens = engine.freed_sequences, engine.stats()["tokens_out"]
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(f"POST /v1/{path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+            harness.wait_for(lambda: engine.stats()["tokens_out"] > tokens, timeout=30, interval=0.005,
+                             what="the generation to start")
+        # the socket is closed: the client is gone mid-generation
+        harness.wait_for(lambda: engine.freed_sequences == freed + 1 and engine.stats()["running"] == 0,
+                         timeout=60, what="the sequence to leave")
+        st = engine.stats()
+        assert st["cache_bytes"] == 0 and st["tokens_out"] - tokens < 1000
     finally:
         server.stop()
         engine.stop()

@@ -63,3 +63,23 @@ def test_corpus_artifacts_are_read_as_text_or_jsonl():
         read_corpus(b"one\ntwo")
     with pytest.raises(InvalidArgument, match="UTF-8"):
         read_corpus(b"\xff\xfe" * 20)
+
+
+def test_the_records_only_builtin_corpus():
+    """builtin_tasks="records": every training document is a key-value record document within the record range,
+    with min(lookups, records) lookups; a record range upside down names its field."""
+    from services.generation.params import TrainParams
+    from services.generation.training import LanguageModelTraining
+
+    job = LanguageModelTraining(TrainParams(**{**TINY, "builtin_tasks": "records", "builtin_min_records": 3,
+                                               "builtin_max_records": 5, "builtin_lookups": 4}))
+    job.setup(InMemoryJobContext(params={}, kind="generation.train"))
+    docs = job.train_docs + job.val_docs
+    assert len(docs) == 60 and all(d.startswith("records : ") for d in docs)
+    for d in docs:
+        n_records = d.split(" ; lookup ")[0].count(" ; ") + 1
+        assert 3 <= n_records <= 5 and d.count("lookup ") == min(4, n_records), d
+    with pytest.raises(InvalidArgument) as e:
+        run_training(InMemoryJobContext(params={"builtin_min_records": 6, "builtin_max_records": 5},
+                                        kind="generation.train"))
+    assert e.value.violations[0].field == "params.builtin_max_records"
