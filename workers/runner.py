@@ -53,7 +53,7 @@ class WorkerJobContext:
         self.lease_lost = False
         self.cancel_requested = bool(job["cancel_requested"])
         self.last_progress = float(job["progress"])
-        self.created_at = job["created_at"]
+        self.created_at = job.get("created_at") or datetime.now(timezone.utc)
 
     # -- lease --
     def renew_lease(self) -> None:
