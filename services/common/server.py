@@ -8,11 +8,11 @@ import collections
 import contextvars
 import logging
 import math
+import random
 import time
 import traceback
-import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import grpc
 from google.protobuf import any_pb2, descriptor, duration_pb2
@@ -128,59 +128,118 @@ def to_status(exc: BaseException, request_id: str) -> grpc.Status:
 
 
 # ---------------------------------------------------------------- interceptors
-class _Around(grpc.aio.ServerInterceptor):
-    """Wraps each method handler so the interceptor runs around the servicer call in the same task
-    (context variables set here are visible to the servicer)."""
+def _request_id_of(metadata: dict) -> str:
+    # a request id is a correlation key, not a secret: 128 random bits from the fast generator
+    return (metadata.get("x-request-id") or f"{random.getrandbits(128):032x}")[:64]
 
-    def applies(self, method: str) -> bool:
-        return True
 
-    def deserializer(self, deserialize):
-        """The request deserializer to use (the outermost interceptor's is the one gRPC calls)."""
-        return deserialize
+class Interceptor(grpc.aio.ServerInterceptor):
+    """Every concern around a servicer call, in this order: the request id (taken from x-request-id or made, and
+    echoed in the trailing metadata), Prometheus metrics, errors (project errors -> their status with details,
+    anything else -> INTERNAL with the request id; request bytes that do not parse -> INVALID_ARGUMENT), the bearer
+    token (Authenticator; not for health and reflection) and the request limits (RequestLimits). They run in one
+    coroutine in the servicer's task, so context variables set here are visible to the servicer.
 
-    def each_request(self, request: Any) -> None:
-        """Called with every message of a client stream as the servicer reads it; may raise a PraxonError."""
+    One interceptor, not a chain of five: gRPC asks every interceptor for a new handler on every call; here each
+    method's wrapped handler is built once (the registered handlers do not change after start)."""
 
-    async def unary(self, method: str, call: Callable[[], Awaitable[Any]], request: Any, context) -> Any:
-        return await call()
-
-    async def stream(self, method: str, call: Callable[[], Any], request: Any, context):
-        async for item in call():
-            yield item
-
-    async def _checked(self, requests):
-        async for item in requests:
-            self.each_request(item)
-            yield item
+    def __init__(self, auth: Authenticator, limits: RequestLimits, metrics: _Metrics):
+        self.auth, self.limits, self.metrics = auth, limits, metrics
+        self._handlers: dict[str, Any] = {}
 
     async def intercept_service(self, continuation, details):
-        handler = await continuation(details)
-        if handler is None or not self.applies(details.method):
-            return handler
         method = details.method
-        deserializer = self.deserializer(handler.request_deserializer)
-        client_streaming = bool(handler.stream_unary or handler.stream_stream) and \
-            type(self).each_request is not _Around.each_request
+        handler = self._handlers.get(method)
+        if handler is None:
+            handler = await continuation(details)
+            if handler is None:  # an unknown method: not cached, so random names cannot grow the map
+                return None
+            handler = self._handlers[method] = self.wrap(method, handler)
+        return handler
 
-        def requests(request):
-            return self._checked(request) if client_streaming else request
+    def wrap(self, method: str, handler):
+        auth = None if method.startswith(PUBLIC_PREFIXES) else self.auth
+        limits, metrics = self.limits, self.metrics.of_method(method)
+        deserializer = _never_raises(handler.request_deserializer)
+        client_streaming = bool(handler.stream_unary or handler.stream_stream)
+
+        async def enter(request, context) -> None:
+            """Before the servicer: id, decoding, token, limits (a client stream's messages are checked as read)."""
+            metadata = dict(context.invocation_metadata() or ())
+            rid = _request_id_of(metadata)
+            _request_id.set(rid)
+            try:
+                context.set_trailing_metadata((("x-request-id", rid),))
+            except Exception:  # noqa: BLE001 - metadata is best effort
+                pass
+            if not client_streaming and isinstance(request, Undecodable):
+                raise request.error()
+            if auth is not None:
+                await auth.authenticate(metadata)
+            if not client_streaming:
+                limits.check(request)
+
+        def check(request) -> None:
+            if isinstance(request, Undecodable):
+                raise request.error()
+            limits.check(request)
+
+        async def checked(requests):
+            async for item in requests:
+                check(item)
+                yield item
+
+        def call_args(request, context):
+            return (checked(request) if client_streaming else request), context
 
         if handler.unary_unary or handler.stream_unary:
             inner = handler.unary_unary or handler.stream_unary
 
             async def unary(request, context):
-                return await self.unary(method, lambda: inner(requests(request), context), request, context)
+                start = metrics.start()
+                try:
+                    await enter(request, context)
+                    if context.time_remaining() is None:  # no client deadline: the server's default
+                        try:  # asyncio.timeout, not wait_for: no extra task, and context variables stay in this one
+                            async with asyncio.timeout(limits.default_deadline_s):
+                                return await inner(*call_args(request, context))
+                        except TimeoutError:
+                            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                                f"server deadline of {limits.default_deadline_s}s exceeded")
+                    return await inner(*call_args(request, context))
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
+                    await _abort(method, exc, context)
+                finally:
+                    metrics.done(start, context)
             factory = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
             return factory(unary, request_deserializer=deserializer, response_serializer=handler.response_serializer)
         inner = handler.unary_stream or handler.stream_stream
 
         async def streaming(request, context):
-            async for item in self.stream(method, lambda: _aiter(inner(requests(request), context)), request,
-                                          context):
-                yield item
+            start = metrics.start()
+            try:
+                await enter(request, context)
+                async for item in _aiter(inner(*call_args(request, context))):
+                    yield item
+            except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
+                raise
+            except Exception as exc:  # noqa: BLE001
+                await _abort(method, exc, context)
+            finally:
+                metrics.done(start, context)
         factory = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
         return factory(streaming, request_deserializer=deserializer, response_serializer=handler.response_serializer)
+
+
+async def _abort(method: str, exc: BaseException, context) -> None:
+    rid = current_request_id()
+    if not isinstance(exc, PraxonError):
+        log.error("unhandled error in %s (request id %s):\n%s", method, rid, traceback.format_exc())
+        # (a backing service that is down is logged too, and answered UNAVAILABLE by to_status)
+    status = to_status(exc, rid)
+    await context.abort(status.code, status.details, (*status.trailing_metadata, ("x-request-id", rid)))
 
 
 async def _aiter(result):
@@ -193,30 +252,9 @@ async def _aiter(result):
             yield item
 
 
-class RequestIdInterceptor(_Around):
-    """Takes x-request-id from the caller or makes one, and echoes it in the initial metadata."""
-
-    def _start(self, context) -> None:
-        rid = dict(context.invocation_metadata() or ()).get("x-request-id") or uuid.uuid4().hex
-        _request_id.set(rid[:64])
-        try:
-            context.set_trailing_metadata((("x-request-id", rid[:64]),))
-        except Exception:  # noqa: BLE001 - metadata is best effort
-            pass
-
-    async def unary(self, method, call, request, context):
-        self._start(context)
-        return await call()
-
-    async def stream(self, method, call, request, context):
-        self._start(context)
-        async for item in call():
-            yield item
-
-
 class Undecodable:
     """What a request body that is not a valid message deserializes to (bytes that do not parse, or nesting
-    deeper than protobuf's recursion limit): ErrorInterceptor answers it with INVALID_ARGUMENT."""
+    deeper than protobuf's recursion limit): the Interceptor answers it with INVALID_ARGUMENT."""
 
     def __init__(self, type_name: str):
         self.type_name = type_name
@@ -237,47 +275,6 @@ def _never_raises(deserialize):
         except Exception:  # noqa: BLE001 - any parse failure is the caller's bad bytes, answered by the interceptor
             return Undecodable(type_name)
     return safe
-
-
-class ErrorInterceptor(_Around):
-    """Project errors -> their status code with ErrorInfo/BadRequest/RetryInfo; anything else -> INTERNAL with
-    the request id (the traceback goes to the log only). It also owns request decoding: gRPC would answer a body
-    that does not parse with UNKNOWN (unary) or INTERNAL (streams) and an exception class name; here every method,
-    health and reflection included, answers INVALID_ARGUMENT."""
-
-    def deserializer(self, deserialize):
-        return _never_raises(deserialize)
-
-    def each_request(self, request: Any) -> None:
-        if isinstance(request, Undecodable):
-            raise request.error()
-
-    async def _abort(self, method: str, exc: BaseException, context) -> None:
-        rid = current_request_id()
-        if not isinstance(exc, PraxonError):
-            log.error("unhandled error in %s (request id %s):\n%s", method, rid, traceback.format_exc())
-            # (a backing service that is down is logged too, and answered UNAVAILABLE by to_status)
-        status = to_status(exc, rid)
-        await context.abort(status.code, status.details, (*status.trailing_metadata, ("x-request-id", rid)))
-
-    async def unary(self, method, call, request, context):
-        try:
-            self.each_request(request)
-            return await call()
-        except (grpc.aio.AbortError, asyncio.CancelledError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
-            await self._abort(method, exc, context)
-
-    async def stream(self, method, call, request, context):
-        try:
-            self.each_request(request)
-            async for item in call():
-                yield item
-        except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
-            raise
-        except Exception as exc:  # noqa: BLE001
-            await self._abort(method, exc, context)
 
 
 class TokenBuckets:
@@ -375,7 +372,7 @@ class TokenLookups:
         return await asyncio.shield(task)  # one caller's cancellation does not cancel it for the others
 
 
-class AuthInterceptor(_Around):
+class Authenticator:
     """Bearer API token -> tenant (tokens are stored hashed; lookups cached by TokenLookups). Missing or bad token
     -> UNAUTHENTICATED; a token over its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
 
@@ -385,12 +382,9 @@ class AuthInterceptor(_Around):
         self.limits = limits or TokenBuckets(0, 1)
         self.tokens = TokenLookups(pool, cache_seconds, negative_cache_seconds, max_entries=max_entries, clock=clock)
 
-    def applies(self, method: str) -> bool:
-        return not method.startswith(PUBLIC_PREFIXES)
-
-    async def _authenticate(self, context) -> None:
-        header = dict(context.invocation_metadata() or ()).get("authorization", "")
-        scheme, _, token = header.partition(" ")
+    async def authenticate(self, metadata: dict[str, str]) -> None:
+        """Sets the caller's tenant and token for the call (current_tenant, current_token), or raises."""
+        scheme, _, token = metadata.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
         found = await self.tokens.identity(token.strip())
@@ -399,15 +393,6 @@ class AuthInterceptor(_Around):
         self.limits.take(found["token_id"])
         _tenant.set(found["tenant_id"])
         _token.set((found["token_id"], found["token_name"]))
-
-    async def unary(self, method, call, request, context):
-        await self._authenticate(context)
-        return await call()
-
-    async def stream(self, method, call, request, context):
-        await self._authenticate(context)
-        async for item in call():
-            yield item
 
 
 _STRUCTS = ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue")
@@ -471,7 +456,7 @@ def _check_text(text: str, path: str) -> None:
         raise InvalidArgument(path or "request", "must not contain a NUL character", reason="NUL_CHARACTER")
 
 
-class LimitsInterceptor(_Around):
+class RequestLimits:
     """Deadlines, message size and content: a unary call without a client deadline gets the server default; a
     request larger than the configured limit is INVALID_ARGUMENT naming its largest field; every request message
     (each one of a client stream too) passes check_request_content."""
@@ -479,8 +464,13 @@ class LimitsInterceptor(_Around):
     def __init__(self, max_message_bytes: int, default_deadline_s: float):
         self.max_bytes, self.default_deadline_s = max_message_bytes, default_deadline_s
 
+    def check(self, request: Any) -> None:
+        if hasattr(request, "ByteSize"):
+            self._check_size(request)
+            check_request_content(request)
+
     def _check_size(self, request) -> None:
-        if not hasattr(request, "ByteSize") or request.ByteSize() <= self.max_bytes:
+        if request.ByteSize() <= self.max_bytes:
             return
         largest, name = 0, "request"
         for fd, _ in request.ListFields():  # size of each field alone, to name the offender
@@ -494,28 +484,6 @@ class LimitsInterceptor(_Around):
         raise InvalidArgument(name, f"request is {request.ByteSize()} bytes; the limit is {self.max_bytes}",
                               reason="MESSAGE_TOO_LARGE")
 
-    def each_request(self, request: Any) -> None:
-        if hasattr(request, "ByteSize"):
-            self._check_size(request)
-            check_request_content(request)
-
-    async def unary(self, method, call, request, context):
-        self.each_request(request)
-        remaining = context.time_remaining()
-        if remaining is None:
-            try:  # asyncio.timeout, not wait_for: no extra task per call, and context variables stay in this one
-                async with asyncio.timeout(self.default_deadline_s):
-                    return await call()
-            except TimeoutError:
-                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                    f"server deadline of {self.default_deadline_s}s exceeded")
-        return await call()
-
-    async def stream(self, method, call, request, context):
-        self.each_request(request)
-        async for item in call():
-            yield item
-
 
 class _Metrics:
     def __init__(self, registry: CollectorRegistry):
@@ -526,41 +494,43 @@ class _Metrics:
         self.errors = Counter("praxon_grpc_server_errors_total", "RPCs that ended with a non-OK code",
                               ["method", "code"], registry=registry)
 
+    def of_method(self, method: str) -> _MethodMetrics:
+        return _MethodMetrics(self, method)
+
 
 _METRICS: dict[CollectorRegistry, _Metrics] = {}  # one set of collectors per registry
 
 
-class MetricsInterceptor(_Around):
-    def __init__(self, registry: CollectorRegistry = REGISTRY):
-        if registry not in _METRICS:
-            _METRICS[registry] = _Metrics(registry)
-        self.m = _METRICS[registry]
+def metrics_of(registry: CollectorRegistry = REGISTRY) -> _Metrics:
+    if registry not in _METRICS:
+        _METRICS[registry] = _Metrics(registry)
+    return _METRICS[registry]
 
-    def _done(self, method: str, start: float, context) -> None:
+
+class _MethodMetrics:
+    """One method's series, with the label lookups done once rather than on every call."""
+
+    def __init__(self, metrics: _Metrics, method: str):
+        self.metrics, self.method = metrics, method
+        self.in_flight = metrics.in_flight.labels(method)
+        self.by_code: dict[str, tuple[Any, Any]] = {}
+
+    def start(self) -> float:
+        self.in_flight.inc()
+        return time.perf_counter()
+
+    def done(self, start: float, context) -> None:
+        self.in_flight.dec()
         code = context.code()
         name = code.name if isinstance(code, grpc.StatusCode) else "OK" if code in (None, 0) else str(code)
-        self.m.latency.labels(method, name).observe(time.perf_counter() - start)
-        if name != "OK":
-            self.m.errors.labels(method, name).inc()
-
-    async def unary(self, method, call, request, context):
-        start, gauge = time.perf_counter(), self.m.in_flight.labels(method)
-        gauge.inc()
-        try:
-            return await call()
-        finally:
-            gauge.dec()
-            self._done(method, start, context)
-
-    async def stream(self, method, call, request, context):
-        start, gauge = time.perf_counter(), self.m.in_flight.labels(method)
-        gauge.inc()
-        try:
-            async for item in call():
-                yield item
-        finally:
-            gauge.dec()
-            self._done(method, start, context)
+        series = self.by_code.get(name)
+        if series is None:
+            m = self.metrics
+            series = self.by_code[name] = (m.latency.labels(self.method, name),
+                                           m.errors.labels(self.method, name) if name != "OK" else None)
+        series[0].observe(time.perf_counter() - start)
+        if series[1] is not None:
+            series[1].inc()
 
 
 # ---------------------------------------------------------------- server
@@ -594,11 +564,11 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     # The transport limit is above the application limit so oversize requests get a clear INVALID_ARGUMENT.
     transport_max = 4 * g.max_message_bytes
     server = grpc.aio.server(
-        interceptors=[RequestIdInterceptor(), MetricsInterceptor(metrics_registry), ErrorInterceptor(),
-                      AuthInterceptor(app.pool, cache_seconds=g.auth_cache_seconds,
-                                      limits=TokenBuckets(g.requests_per_second_per_token, g.request_burst_per_token),
-                                      negative_cache_seconds=g.auth_negative_cache_seconds),
-                      LimitsInterceptor(g.max_message_bytes, g.default_deadline_seconds)],
+        interceptors=[Interceptor(
+            Authenticator(app.pool, cache_seconds=g.auth_cache_seconds,
+                          limits=TokenBuckets(g.requests_per_second_per_token, g.request_burst_per_token),
+                          negative_cache_seconds=g.auth_negative_cache_seconds),
+            RequestLimits(g.max_message_bytes, g.default_deadline_seconds), metrics_of(metrics_registry))],
         options=[("grpc.max_receive_message_length", transport_max),
                  ("grpc.max_send_message_length", transport_max),
                  ("grpc.so_reuseport", 0)])

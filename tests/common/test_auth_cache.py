@@ -12,7 +12,7 @@ import pytest
 
 from services.common import db
 from services.common.errors import Unauthenticated
-from services.common.server import AuthInterceptor, TtlCache, current_tenant
+from services.common.server import Authenticator, TtlCache, current_tenant
 from services.common.settings import Settings
 
 NEGATIVE_S, POSITIVE_S = 2.0, 30.0
@@ -24,14 +24,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Context:
-    def __init__(self, token: str):
-        self.token = token
-
-    def invocation_metadata(self):
-        return [("authorization", f"Bearer {self.token}")]
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +46,14 @@ def lookups(monkeypatch):
     return seen
 
 
-def _interceptor(pool, clock, **kw):
-    return AuthInterceptor(pool, cache_seconds=POSITIVE_S, negative_cache_seconds=NEGATIVE_S, clock=clock, **kw)
+def _authenticator(pool, clock, **kw):
+    return Authenticator(pool, cache_seconds=POSITIVE_S, negative_cache_seconds=NEGATIVE_S, clock=clock, **kw)
 
 
 async def _outcome(auth, token):
     """The tenant a token authenticates as, or None when it is refused."""
     try:
-        await auth._authenticate(Context(token))
+        await auth.authenticate({"authorization": f"Bearer {token}"})
         return current_tenant()
     except Unauthenticated:
         return None
@@ -78,7 +70,7 @@ def _insert_token(database_url, tenant_id, token):
 def test_a_flood_of_one_bad_token_costs_one_lookup_per_period(pool, lookups, seed):
     rng = random.Random(seed)
     clock = Clock()
-    auth = _interceptor(pool, clock)
+    auth = _authenticator(pool, clock)
     bad = f"prx_bad_{seed}_{uuid.uuid4().hex}"
     sequential, concurrent = rng.randint(20, 60), rng.randint(20, 60)
 
@@ -94,7 +86,7 @@ def test_a_flood_of_one_bad_token_costs_one_lookup_per_period(pool, lookups, see
 
 
 def test_concurrent_requests_with_a_new_bad_token_share_one_lookup(pool, lookups):
-    auth = _interceptor(pool, Clock())
+    auth = _authenticator(pool, Clock())
     bad = f"prx_bad_{uuid.uuid4().hex}"
 
     async def run():
@@ -105,7 +97,7 @@ def test_concurrent_requests_with_a_new_bad_token_share_one_lookup(pool, lookups
 
 def test_a_token_created_after_a_miss_works_once_the_period_is_over(pool, lookups, database_url):
     clock = Clock()
-    auth = _interceptor(pool, clock)
+    auth = _authenticator(pool, clock)
     with db.connect(Settings(database_url=database_url)) as conn:
         tenant_id, _ = db.create_token(conn, f"late-{uuid.uuid4().hex[:6]}")
     late = f"prx_late_{uuid.uuid4().hex}"
@@ -122,7 +114,7 @@ def test_a_token_created_after_a_miss_works_once_the_period_is_over(pool, lookup
 
 
 def test_the_negative_cache_is_bounded_and_drops_the_least_recently_used(pool, lookups):
-    auth = _interceptor(pool, Clock(), max_entries=4)
+    auth = _authenticator(pool, Clock(), max_entries=4)
     bad = [f"prx_bad_{i}_{uuid.uuid4().hex}" for i in range(10)]
 
     async def run(tokens):
