@@ -1,7 +1,7 @@
 """Runs one job exactly once in effect: claim the row, hold a lease by heartbeat, give the job a context
 (progress, cancellation, checkpoints, artifacts, models), and finish it in one transaction. A thin wrapper over
 JobStore (services/common/jobs.py), which holds every statement on the job row; here: the retries around them,
-the heartbeat thread, and what each outcome of the job function means for the row."""
+the lease heartbeats, and what each outcome of the job function means for the row."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -172,19 +173,54 @@ class WorkerJobContext:
                  "models": [{"name": m["name"], "version": m["version"]} for m in r["models"]]} for r in rows]
 
 
-class Heartbeat(threading.Thread):
-    def __init__(self, ctx: WorkerJobContext, interval: float):
-        super().__init__(daemon=True, name=f"lease-{ctx.job_id[:8]}")
-        self.ctx, self.interval, self.stopped = ctx, interval, threading.Event()
+class Heartbeats:
+    """Renews the lease of every job this process runs, each every `interval` seconds, from one daemon thread
+    started on first use (a thread per job cost a thread start on every job). Per process: a forked worker child
+    starts its own."""
 
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                self.ctx.renew_lease()
-            except TRANSIENT:  # the database is away; the lease may lapse and the reaper decides
-                log.warning("lease renewal failed for job %s", self.ctx.job_id, exc_info=True)
-            if self.ctx.lease_lost:
-                return
+    def __init__(self):
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._due: dict[str, tuple[WorkerJobContext, float, float]] = {}  # job id -> (context, next at, interval)
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, ctx: WorkerJobContext, interval: float) -> None:
+        with self._lock:
+            self._due[ctx.job_id] = (ctx, time.monotonic() + interval, interval)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="lease-heartbeats")
+                self._thread.start()
+        self._wake.set()
+
+    def unwatch(self, ctx: WorkerJobContext) -> None:
+        with self._lock:
+            if self._due.get(ctx.job_id, (None,))[0] is ctx:
+                del self._due[ctx.job_id]
+
+    def _run(self) -> None:
+        while True:
+            self._wake.clear()  # before reading the table: a watch() from here on wakes the wait below
+            with self._lock:
+                now = time.monotonic()
+                due = [(job_id, ctx, interval) for job_id, (ctx, at, interval) in self._due.items() if at <= now]
+                for job_id, ctx, interval in due:
+                    self._due[job_id] = (ctx, now + interval, interval)
+                wait = min((at for _, at, _ in self._due.values()), default=now + 60.0) - now
+            for job_id, ctx, _ in due:  # outside the lock: a renewal waits on the database
+                try:
+                    ctx.renew_lease()
+                except TRANSIENT:  # the database is away; the lease may lapse and the reaper decides
+                    log.warning("lease renewal failed for job %s", job_id, exc_info=True)
+                if ctx.lease_lost:
+                    self.unwatch(ctx)
+            self._wake.wait(max(0.0, wait))
+
+
+HEARTBEATS = Heartbeats()
 
 
 def _finish(rt: Runtime, ctx: WorkerJobContext, state: str, *, result: dict | None = None,
@@ -201,8 +237,7 @@ def run_job(rt: Runtime, job_id: str) -> str:
         _db_retry(lambda: rt.jobs.cancel_unstarted(job_id), "cancel an unstarted job")
         return "skipped"
     ctx = WorkerJobContext(rt, job, owner)
-    beat = Heartbeat(ctx, rt.settings.jobs.heartbeat_seconds)
-    beat.start()
+    HEARTBEATS.watch(ctx, rt.settings.jobs.heartbeat_seconds)
     try:
         result = resolve_target(job["kind"])(ctx)
         ctx.check_cancelled()  # a cancel that arrived during the last step still wins
@@ -240,5 +275,5 @@ def run_job(rt: Runtime, job_id: str) -> str:
         _finish(rt, ctx, "FAILED", reason="INTERNAL", message=f"{type(exc).__name__}: {exc}")
         return "failed"
     finally:
-        beat.stopped.set()
+        HEARTBEATS.unwatch(ctx)
 

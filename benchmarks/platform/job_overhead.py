@@ -1,5 +1,8 @@
-"""Job overhead: submit -> RUNNING latency and jobs/s through praxon's job system (PostgreSQL row, Celery
+"""Job overhead: submit -> done latency and jobs/s through praxon's job system (PostgreSQL row, Celery
 message, claim with lease, events, finish) vs a bare Celery task round trip, same broker, one worker each.
+"done" is what a client sees: from before submit until it learns the job SUCCEEDED (from the job's event
+NOTIFY, as WatchJob learns it), against apply_async .. get for the bare task. "->RUNNING" is from the row's
+timestamps (created_at .. started_at).
 
     .venv/bin/python benchmarks/platform/job_overhead.py [--jobs 200]
 """
@@ -16,6 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests import harness  # noqa: E402
@@ -28,7 +33,7 @@ def pct(values, q):
 
 def spine(args, tmp: Path) -> dict:
     from services.common import db
-    from services.common.jobs import JobStore
+    from services.common.jobs import EVENTS_CHANNEL, JobStore
     from services.common.queue import make_celery
     from services.common.settings import Settings
 
@@ -48,30 +53,71 @@ def spine(args, tmp: Path) -> dict:
             store = JobStore(pool, make_celery(settings))
             warm = store.submit(tenant, "bench.noop", {})  # the worker is up and warm
             harness.wait_for(lambda: harness.job_row(settings, warm["id"])["state"] == "SUCCEEDED", 180, what="warm-up")
-            # latency: one job at a time
-            ids = []
-            for _ in range(args.latency_jobs):
-                job = store.submit(tenant, "bench.noop", {})
-                ids.append(job["id"])
-                harness.wait_for(lambda: harness.job_row(settings, job["id"])["state"] == "SUCCEEDED", 60,  # noqa: B023
-                                 interval=0.002, what="job")
+            # latency: one job at a time, from before submit until the client learns it SUCCEEDED, the way WatchJob
+            # does (a NOTIFY on the job's events, then its row), as the bare round trip below is apply_async .. get
+            ids, done, submitted = [], [], []
+            with psycopg.connect(db.database_url(settings), autocommit=True) as listener:
+                listener.execute(f"LISTEN {EVENTS_CHANNEL}")
+                for _ in range(args.latency_jobs):
+                    t0 = time.perf_counter()
+                    job_id = str(store.submit(tenant, "bench.noop", {})["id"])
+                    submitted.append(time.perf_counter() - t0)
+                    ids.append(job_id)
+                    while not _succeeded(listener, job_id):
+                        pass
+                    done.append(time.perf_counter() - t0)
             # throughput: a burst
             t0 = time.perf_counter()
             burst = [store.submit(tenant, "bench.noop", {})["id"] for _ in range(args.jobs)]
             harness.wait_for(lambda: _all_done(settings, burst), 600, interval=0.05, what="burst")
             burst_s = time.perf_counter() - t0
             with db.connect(settings) as conn:
-                rows = conn.execute("SELECT extract(epoch FROM started_at - created_at) AS run, "
-                                    "extract(epoch FROM finished_at - created_at) AS done FROM jobs "
+                rows = conn.execute("SELECT extract(epoch FROM started_at - created_at) AS run FROM jobs "
                                     "WHERE id = ANY(%s)", (ids,)).fetchall()
+                # where a burst's time goes: inside run_job (claim .. finish) vs between two jobs (the worker
+                # acking, fetching the next message, the task's start)
+                spans = conn.execute("SELECT started_at, finished_at FROM jobs WHERE id = ANY(%s) "
+                                     "ORDER BY started_at", (burst,)).fetchall()
             pool.close()
+            durable_ms, async_ms = commit_cost_ms(db.database_url(settings))
         finally:
             worker.stop()
             harness.drop_database(db_url)
     run = [float(r["run"]) for r in rows]
-    done = [float(r["done"]) for r in rows]
-    return {"running_p50": statistics.median(run), "running_p99": pct(run, 0.99),
+    inside = [(r["finished_at"] - r["started_at"]).total_seconds() for r in spans]
+    between = [(b["started_at"] - a["finished_at"]).total_seconds() for a, b in zip(spans, spans[1:],
+                                                                                              strict=False)]
+    return {"submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms, "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside), "between_ms": 1e3 * statistics.median(between),
+            "running_p50": statistics.median(run), "running_p99": pct(run, 0.99),
             "done_p50": statistics.median(done), "done_p99": pct(done, 0.99), "jobs_per_s": args.jobs / burst_s}
+
+
+def commit_cost_ms(url: str, n: int = 200) -> tuple[float, float]:
+    """(durable, asynchronous) commit of a one-row insert on this database, ms: a job makes two durable commits
+    (submit, finish), which a bare Celery round trip does not; on slow disks their fsync is most of the gap."""
+    out = []
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_cost (x int)")  # not TEMP: those skip the WAL
+        conn.commit()
+        for mode in ("on", "off"):
+            conn.execute(f"SET synchronous_commit = {mode}")
+            conn.commit()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                conn.execute("INSERT INTO bench_commit_cost VALUES (1)")
+                conn.commit()
+            out.append(1e3 * (time.perf_counter() - t0) / n)
+        conn.execute("DROP TABLE bench_commit_cost")
+    return out[0], out[1]
+
+
+def _succeeded(listener, job_id: str) -> bool:
+    """Waits for the next event NOTIFY; True once it is this job's and its row says SUCCEEDED."""
+    notes = list(listener.notifies(timeout=60, stop_after=1))  # (no query while the generator holds the connection)
+    if not notes:
+        raise TimeoutError(f"no event for job {job_id} within 60 s")
+    return notes[0].payload == job_id and \
+        listener.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)).fetchone()[0] == "SUCCEEDED"
 
 
 def _all_done(settings, ids) -> bool:
@@ -123,6 +169,12 @@ def main() -> None:
           f"{s['done_p50'] * 1e3:9.1f}ms {s['done_p99'] * 1e3:6.1f}ms {s['jobs_per_s']:8.1f}")
     print(f"{'bare Celery task round trip':34} {'-':>14} {'-':>8} {b['done_p50'] * 1e3:9.1f}ms "
           f"{b['done_p99'] * 1e3:6.1f}ms {b['jobs_per_s']:8.1f}")
+    print(f"latency, median: submit returns after {s['submit_ms']:.1f} ms (row committed, message sent)")
+    print(f"burst, median per job: {s['inside_ms']:.1f} ms from claim to finish, {s['between_ms']:.1f} ms from one "
+          "job's finish to the next one's claim")
+    print(f"a durable commit on this database costs {s['durable_ms']:.2f} ms (asynchronous: {s['async_ms']:.2f} ms); "
+          f"a job makes two (submit, finish), {2 * (s['durable_ms'] - s['async_ms']):.1f} ms of waiting for the disk "
+          "that the bare round trip does not do")
     print(f"ratio praxon/bare: done p50 x{s['done_p50'] / b['done_p50']:.2f}, "
           f"throughput x{s['jobs_per_s'] / b['jobs_per_s']:.2f}")
 

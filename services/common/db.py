@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
+import weakref
 from importlib import resources
 
 import psycopg
@@ -29,10 +31,29 @@ def connect(settings: Settings, **kwargs) -> psycopg.Connection:
     return psycopg.connect(database_url(settings), row_factory=dict_row, **kwargs)
 
 
+class _IdleCheck:
+    """The pool's check on checkout, only for a connection that sat idle in the pool for a while: checking every
+    checkout costs a round trip per transaction (a tenth of a no-op job's time). A connection the server dropped
+    while it was in use fails its next statement with OperationalError, which callers treat as transient (jobs
+    retry, services answer UNAVAILABLE and clients retry); the pool then discards it."""
+
+    def __init__(self, idle_seconds: float = 2.0):
+        self.idle_seconds = idle_seconds
+        self.returned: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+
+    def check(self, conn: psycopg.Connection) -> None:
+        if time.monotonic() - self.returned.get(conn, 0.0) > self.idle_seconds:
+            ConnectionPool.check_connection(conn)
+
+    def reset(self, conn: psycopg.Connection) -> None:  # called as the connection goes back into the pool
+        self.returned[conn] = time.monotonic()
+
+
 def create_pool(settings: Settings, *, min_size: int = 1, max_size: int | None = None) -> ConnectionPool:
+    idle = _IdleCheck()
     pool = ConnectionPool(database_url(settings), min_size=min_size,
                           max_size=max_size or settings.database_pool_max,
-                          kwargs={"row_factory": dict_row}, check=ConnectionPool.check_connection,
+                          kwargs={"row_factory": dict_row}, check=idle.check, reset=idle.reset,
                           open=False, name="praxon")
     pool.open(wait=True, timeout=30)
     return pool

@@ -122,10 +122,12 @@ class Registry:
 
     @staticmethod
     def commit_job_outputs(conn: Connection, job_id: str) -> None:
-        conn.execute("UPDATE dataset_tombstones SET committed = true WHERE job_id = %s", (job_id,))
-        conn.execute("UPDATE artifacts SET committed = true WHERE producing_job_id = %s", (job_id,))
-        staged = conn.execute("SELECT id, model_id FROM model_versions WHERE producing_job_id = %s AND NOT committed "
-                              "ORDER BY created_at", (job_id,)).fetchall()
+        # one statement (one round trip) for the tombstones, the artifacts and reading the staged versions
+        staged = conn.execute(
+            "WITH t AS (UPDATE dataset_tombstones SET committed = true WHERE job_id = %(job)s), "
+            "a AS (UPDATE artifacts SET committed = true WHERE producing_job_id = %(job)s) "
+            "SELECT id, model_id FROM model_versions WHERE producing_job_id = %(job)s AND NOT committed "
+            "ORDER BY created_at", {"job": job_id}).fetchall()
         for row in staged:
             conn.execute("SELECT id FROM models WHERE id = %s FOR UPDATE", (row["model_id"],))
             conn.execute("UPDATE model_versions SET committed = true, version = (SELECT coalesce(max(version), 0) + 1 "
