@@ -1,7 +1,7 @@
 """Load test of one service, loopback only and bounded in time: a `praxon serve <service>` process (plus a
-`praxon worker` for the platform's jobs) with its own PostgreSQL database, Redis database and embedded S3 server,
-as tests/harness.py builds them, driven by `--concurrency` client coroutines for `--seconds` (one API token, one
-tenant).
+`praxon worker` for the jobs of platform, unlearning and design) with its own PostgreSQL database, Redis database
+and embedded S3 server, as tests/harness.py builds them, driven by `--concurrency` client coroutines for
+`--seconds` (one API token, one tenant).
 
     .venv/bin/python benchmarks/load/run.py --service platform --seconds 300      # issue 18: 5 minutes each
     .venv/bin/python benchmarks/load/run.py --service moderation --seconds 20     # a smoke run
@@ -15,18 +15,27 @@ Services and their calls:
                   over a 2000-item catalogue, registered directly
   generation      Generate of a short random prompt with max_new_tokens=--max-new-tokens (greedy) against a random
                   tiny Llama (2 layers, width 64, a BPE tokenizer trained on a slice of the built-in corpus)
-Models are registered the way a job registers one (tests/harness.register_model), without training.
+  unlearning      GetUnlearningRecord 40%, ListUnlearningRecords 25%, GetUnlearningReport 25%, StartUnlearningJob
+                  10% (one new record id each, certified noisy minimizer, from the latest version) of a certified
+                  softmax head that a StartTrainingJob trains up front on a synthetic dataset (UL_RECORDS records,
+                  put directly as an artifact); 3 unlearning jobs up front give the reads records; --job-quota
+  design          GameOpt campaigns (DESIGN_CAMPAIGNS created up front, each with 8 observations and a finished
+                  suggestion): GetCampaign 25%, ListCampaigns 10%, GetSuggestions 20%, Observe of 1-4 new random
+                  sequences 20%, ObserveRepeat 15% (a batch sent before, sent again: it must insert nothing),
+                  GetCampaignReport 5%, StartSuggestionJob 5% (Hedge, 30 rounds, 2 games); --job-quota
+The serving models are registered the way a job registers one (tests/harness.register_model), without training.
 
 Prints per method: calls, p50/p99 latency, status codes; the server process's RSS over time (baseline after the
 warm-up, max, final, growth, and the max of each half of the run: growth that keeps going shows as a second half
-above the first); the queue depth: for the platform the tenant's unfinished jobs (which --job-quota bounds), for
-the others the RPCs in flight in the server (praxon_grpc_server_in_flight from its metrics endpoint; the engine
-batchers' own queues are bounded by max_queued but not exported); and whether every RESOURCE_EXHAUSTED answer
-carried a RetryInfo delay (a client so told waits that delay before its next call, unless
+above the first); the queue depth: for the services with jobs the tenant's unfinished jobs (which --job-quota
+bounds), for the others the RPCs in flight in the server (praxon_grpc_server_in_flight from its metrics endpoint;
+the engine batchers' own queues are bounded by max_queued but not exported); and whether every RESOURCE_EXHAUSTED
+answer carried a RetryInfo delay (a client so told waits that delay before its next call, unless
 --no-honour-retry-info). --max-queued sets the service engine's queue bound (its max_queued setting) so that a
 run at a concurrency above it shows the refusals. The per-token request rate limit is off here (as in the
-tests): it would cap the calls this script can make. Exit status 1 when a check fails (an INTERNAL/UNKNOWN answer, a RESOURCE_EXHAUSTED without
-RetryInfo, more unfinished jobs than the quota, or RSS growth over --rss-bound-mib)."""
+tests): it would cap the calls this script can make. For the services with jobs it also prints how their jobs
+ended. Exit status 1 when a check fails (an INTERNAL/UNKNOWN answer, a repeated Observe that inserted something, a
+RESOURCE_EXHAUSTED without RetryInfo, more unfinished jobs than the quota, or RSS growth over --rss-bound-mib)."""
 from __future__ import annotations
 
 import argparse
@@ -50,7 +59,12 @@ import grpc  # noqa: E402
 from tests import harness  # noqa: E402
 
 MIXES = {"platform": {"GetJob": 0.6, "ListJobs": 0.3, "StartSelfTestJob": 0.1},
-         "moderation": {"Moderate": 1.0}, "recommendation": {"Recommend": 1.0}, "generation": {"Generate": 1.0}}
+         "moderation": {"Moderate": 1.0}, "recommendation": {"Recommend": 1.0}, "generation": {"Generate": 1.0},
+         "unlearning": {"GetUnlearningRecord": 0.4, "ListUnlearningRecords": 0.25, "GetUnlearningReport": 0.25,
+                        "StartUnlearningJob": 0.1},
+         "design": {"GetCampaign": 0.25, "ListCampaigns": 0.1, "GetSuggestions": 0.2, "Observe": 0.2,
+                    "ObserveRepeat": 0.15, "GetCampaignReport": 0.05, "StartSuggestionJob": 0.05}}
+JOB_SERVICES = ("platform", "unlearning", "design")  # served with a worker; queue depth = unfinished jobs
 WORDS = ("the a to of and in that is for it on with as was at by this be not are from or have an they which one "
          "you had word but what all were when we there can more if out so said about other into than its time "
          "people only new some could these two may first then do any like my now over such our man me even most "
@@ -59,6 +73,15 @@ WORDS = ("the a to of and in that is for it on with as was at by this be not are
          "both life being under never day same another know while last might us great old year off come since "
          "against go came right used take three plan shop bomb recipe weather music garden kill help").split()
 REC_ITEMS = 2000
+# unlearning: the synthetic training set (every StartUnlearningJob forgets one record id not forgotten before, so
+# there must be more records than submits; refused submits use one up too)
+UL_RECORDS, UL_DIM, UL_CLASSES, UL_MODEL = 10000, 16, 3, "load-head"
+# design: campaigns over 6 letters x 6 sites (46656 sequences: random new ones rarely repeat within a run)
+DESIGN_CAMPAIGNS, DESIGN_ALPHABET, DESIGN_LENGTH = 8, "ACDEFG", 6
+
+
+class CheckFailed(Exception):
+    """An answer that is OK on the wire but breaks a promise of the API (its name is counted like a status code)."""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -81,8 +104,11 @@ def start_server(service: str, settings, port: int, metrics_port: int, args, log
            "PRAXON_JOBS__MAX_ACTIVE_PER_TENANT_KIND": str(args.job_quota),
            "PRAXON_LOG_LEVEL": "WARNING", "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    if args.max_queued and service != "platform":
+    if args.max_queued and service not in JOB_SERVICES:
         env[f"PRAXON_{service.upper()}__MAX_QUEUED"] = str(args.max_queued)
+    for item in args.server_env:  # e.g. MALLOC_ARENA_MAX=2: what the server's memory does under another setting
+        key, _, value = item.partition("=")
+        env[key] = value
     with open(log, "ab") as out:  # the server process itself (no guard), so its pid is the one to measure
         return subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", service], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -140,6 +166,54 @@ REGISTER = {"moderation": register_guard, "recommendation": register_recommender
             "generation": register_language_model}
 
 
+# ---------------------------------------------------------------------------------------------- jobs' data
+def ul_record(i: int) -> str:
+    return f"rec-{i:05d}"
+
+
+def put_dataset(settings, tenant_id: str) -> str:
+    """The unlearning training set (UL_RECORDS separable blobs, record ids rec-00000...) as an artifact, put
+    directly: the unlearning service does not serve uploads (the platform does). Returns the artifact id."""
+    from services.common import db
+    from services.common.registry import Registry
+    from services.common.store import ArtifactStore
+    from services.unlearning.data import DATASET_CONTENT_TYPE, encode_dataset
+    from services.unlearning.synthetic import blobs
+
+    X, y = blobs(UL_RECORDS, UL_DIM, UL_CLASSES, seed=3)
+    data = encode_dataset(X.float(), y, [ul_record(i) for i in range(UL_RECORDS)])
+    store = ArtifactStore(settings)
+    store.ensure_bucket()
+    pool = db.create_pool(settings, max_size=1)
+    try:
+        with db.connect(settings) as conn:
+            row = Registry(pool, store).put_artifact(conn, tenant_id, "load-train.safetensors", data,
+                                                     DATASET_CONTENT_TYPE)
+        return str(row["id"])
+    finally:
+        pool.close()
+
+
+def wait_jobs(settings, job_ids: list[str], timeout: float = 600) -> None:
+    """Until each job is finished; the setup's jobs must succeed (the mix reads what they make)."""
+    for job_id in job_ids:
+        row = harness.wait_for(lambda j=job_id: (r := harness.job_row(settings, j))["state"] in (
+            "SUCCEEDED", "FAILED", "CANCELLED") and r, timeout, interval=0.3, what=f"job {job_id}")
+        if row["state"] != "SUCCEEDED":
+            raise RuntimeError(f"setup job {job_id} {row['state']}: {row['error_reason']} {row['error_message']}")
+
+
+def design_sequence(rng: random.Random) -> str:
+    return "".join(rng.choice(DESIGN_ALPHABET) for _ in range(DESIGN_LENGTH))
+
+
+def design_score(seq: str) -> float:
+    """The lab's measurement: a fixed function of the sequence (additive plus one pairwise term), so a batch sent
+    again carries the same values and must be a no-op, whichever client sent it first."""
+    additive = sum(DESIGN_ALPHABET.index(c) * (1 + i % 3) for i, c in enumerate(seq))
+    return float(additive + 4.0 * (seq[1] == seq[-2]))
+
+
 def in_flight(metrics_port: int) -> int:
     """RPCs in progress in the server now (the sum of praxon_grpc_server_in_flight over methods)."""
     import urllib.request
@@ -172,8 +246,10 @@ def words(rng: random.Random, lo: int, hi: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
 
 
-def make_call(service: str, ch, md, job_ids: list[str], args):
-    """call(name, rng) -> awaitable: one request of the service's mix."""
+def make_call(service: str, ch, md, state: dict, args):
+    """call(name, rng) -> awaitable: one request of the service's mix. `state` holds what the calls share (ids
+    to read, the next record to forget, the batches sent); the coroutines run on one event loop, so a read and
+    an update of it with no await between them need no lock."""
     if service == "moderation":
         from praxon.moderation.v1 import moderation_pb2 as mpb
         from praxon.moderation.v1 import moderation_pb2_grpc
@@ -195,9 +271,74 @@ def make_call(service: str, ch, md, job_ids: list[str], args):
         gen = generation_pb2_grpc.GenerationServiceStub(ch)
         return lambda name, rng: gen.Generate(gpb.GenerateRequest(prompt=words(rng, 3, 12), sampling=gpb.SamplingParams(
             max_new_tokens=args.max_new_tokens, temperature=0.0)), metadata=md, timeout=60)
+    if service == "unlearning":
+        from praxon.common.v1 import common_pb2
+        from praxon.unlearning.v1 import unlearning_pb2 as upb
+        from praxon.unlearning.v1 import unlearning_pb2_grpc
+
+        ul, records = unlearning_pb2_grpc.UnlearningServiceStub(ch), state["records"]
+
+        async def unlearning_call(name: str, rng: random.Random):
+            if name == "GetUnlearningRecord":
+                return await ul.GetUnlearningRecord(upb.GetUnlearningRecordRequest(record_id=rng.choice(records)),
+                                                    metadata=md, timeout=30)
+            if name == "ListUnlearningRecords":
+                return await ul.ListUnlearningRecords(upb.ListUnlearningRecordsRequest(page_size=20), metadata=md,
+                                                      timeout=30)
+            if name == "GetUnlearningReport":
+                return await ul.GetUnlearningReport(upb.GetUnlearningReportRequest(record_id=rng.choice(records)),
+                                                    metadata=md, timeout=30)
+            # a data-subject request: one record not forgotten before, from the model's latest version
+            n = state["next_record"]
+            state["next_record"] += 1
+            r = await ul.StartUnlearningJob(upb.StartUnlearningJobRequest(
+                model=common_pb2.ModelRef(name=UL_MODEL), forget_record_ids=[ul_record(n)],
+                method=upb.METHOD_CERTIFIED_NOISY_MINIMIZER, seed=n, reason=f"load DSR {n}"), metadata=md, timeout=30)
+            if len(records) < 1000:
+                records.append(r.record_id)
+            return r
+        return unlearning_call
+    if service == "design":
+        from praxon.design.v1 import design_pb2 as dpb
+        from praxon.design.v1 import design_pb2_grpc
+
+        design, campaigns, sent = design_pb2_grpc.DesignServiceStub(ch), state["campaigns"], state["sent"]
+
+        async def design_call(name: str, rng: random.Random):
+            cid = rng.choice(campaigns)
+            if name == "GetCampaign":
+                return await design.GetCampaign(dpb.GetCampaignRequest(campaign_id=cid), metadata=md, timeout=30)
+            if name == "ListCampaigns":
+                return await design.ListCampaigns(dpb.ListCampaignsRequest(page_size=20), metadata=md, timeout=30)
+            if name == "GetSuggestions":  # the latest finished batch (each campaign has one from the setup)
+                return await design.GetSuggestions(dpb.GetSuggestionsRequest(campaign_id=cid), metadata=md,
+                                                   timeout=30)
+            if name == "GetCampaignReport":
+                return await design.GetCampaignReport(dpb.GetCampaignReportRequest(campaign_id=cid), metadata=md,
+                                                      timeout=30)
+            if name == "StartSuggestionJob":  # small: the GP fit on the campaign's observations is the cost
+                return await design.StartSuggestionJob(dpb.StartSuggestionJobRequest(
+                    campaign_id=cid, solver=dpb.EQUILIBRIUM_SOLVER_HEDGE, rounds=30, games=2,
+                    seed=rng.randrange(1 << 31)), metadata=md, timeout=30)
+            if name == "ObserveRepeat":  # a client retrying a batch: every measurement already recorded
+                cid, obs = rng.choice(sent)
+                r = await design.Observe(dpb.ObserveRequest(campaign_id=cid, observations=obs), metadata=md,
+                                         timeout=30)
+                if r.inserted:
+                    raise CheckFailed("NOT_IDEMPOTENT")
+                return r
+            seqs = [design_sequence(rng) for _ in range(rng.randint(1, 4))]
+            obs = [dpb.Observation(sequence=q, value=design_score(q)) for q in seqs]
+            r = await design.Observe(dpb.ObserveRequest(campaign_id=cid, observations=obs), metadata=md, timeout=30)
+            if len(sent) < 1000:  # keep at most 1000 batches to repeat (later ones replace random ones)
+                sent.append((cid, obs))
+            else:
+                sent[rng.randrange(len(sent))] = (cid, obs)
+            return r
+        return design_call
     from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
 
-    stub = jobs_pb2_grpc.JobServiceStub(ch)
+    stub, job_ids = jobs_pb2_grpc.JobServiceStub(ch), state["job_ids"]
 
     async def call(name: str, rng: random.Random):
         if name == "GetJob":
@@ -212,6 +353,51 @@ def make_call(service: str, ch, md, job_ids: list[str], args):
     return call
 
 
+async def setup_unlearning(call, ch, md, settings, tenant_id: str) -> None:
+    """The model to forget from: a certified softmax head trained by a StartTrainingJob on the dataset; then 3
+    unlearning jobs, finished, so that the reads have records with outcomes."""
+    from praxon.unlearning.v1 import unlearning_pb2 as upb
+    from praxon.unlearning.v1 import unlearning_pb2_grpc
+
+    ds = await asyncio.to_thread(put_dataset, settings, tenant_id)
+    job = (await unlearning_pb2_grpc.UnlearningServiceStub(ch).StartTrainingJob(upb.StartTrainingJobRequest(
+        dataset_artifact_id=ds, kind=upb.MODEL_KIND_SOFTMAX_L2, name=UL_MODEL, mu=0.05, epsilon=1.0, delta=1e-5,
+        seed=0), metadata=md, timeout=30)).job
+    await asyncio.to_thread(wait_jobs, settings, [job.id])
+    jobs = [(await call("StartUnlearningJob", random.Random(0))).job.id for _ in range(3)]
+    await asyncio.to_thread(wait_jobs, settings, jobs)
+
+
+async def setup_design(ch, md, state: dict, settings) -> None:
+    """DESIGN_CAMPAIGNS campaigns, each told 8 measured sequences and asked once (a finished suggestion job, so
+    that GetSuggestions has a batch to return)."""
+    from praxon.design.v1 import design_pb2 as dpb
+    from praxon.design.v1 import design_pb2_grpc
+
+    design, rng, jobs = design_pb2_grpc.DesignServiceStub(ch), random.Random(0), []
+    for i in range(DESIGN_CAMPAIGNS):
+        cid = (await design.CreateCampaign(dpb.CreateCampaignRequest(
+            name=f"load-{i}", alphabet=DESIGN_ALPHABET, length=DESIGN_LENGTH, batch_size=4,
+            direction=dpb.DIRECTION_MAXIMIZE), metadata=md, timeout=30)).campaign.id
+        state["campaigns"].append(cid)
+        obs = [dpb.Observation(sequence=q, value=design_score(q)) for q in (design_sequence(rng) for _ in range(8))]
+        await design.Observe(dpb.ObserveRequest(campaign_id=cid, observations=obs), metadata=md, timeout=30)
+        state["sent"].append((cid, obs))
+        jobs.append((await design.StartSuggestionJob(dpb.StartSuggestionJobRequest(
+            campaign_id=cid, solver=dpb.EQUILIBRIUM_SOLVER_HEDGE, rounds=30, games=2, seed=i), metadata=md,
+            timeout=30)).job.id)
+    await asyncio.to_thread(wait_jobs, settings, jobs)
+
+
+def job_outcomes(settings, tenant_id: str) -> list[dict]:
+    """The tenant's jobs by kind, state and error reason, at the end of the run."""
+    from services.common import db
+
+    with db.connect(settings) as conn:
+        return conn.execute("SELECT kind, state, coalesce(error_reason, '') AS reason, count(*) AS n FROM jobs "
+                            "WHERE tenant_id = %s GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC", (tenant_id,)).fetchall()
+
+
 async def drive(address: str, token: str, args, proc_pid: int, settings, tenant_id: str, metrics_port: int) -> dict:
     from services.common import db
     from services.common.client import status_details
@@ -221,16 +407,21 @@ async def drive(address: str, token: str, args, proc_pid: int, settings, tenant_
     codes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     exhausted = {"count": 0, "with_retry_info": 0, "reasons": collections.Counter()}
     job_ids: list[str] = []
+    state = {"job_ids": job_ids, "records": [], "next_record": 0, "campaigns": [], "sent": []}
     rss: list[tuple[float, float]] = []
     depth: list[tuple[float, int]] = []
     mix = MIXES[args.service]
     names, weights = list(mix), list(mix.values())
 
     async with grpc.aio.insecure_channel(address) as ch:
-        call = make_call(args.service, ch, md, job_ids, args)
+        call = make_call(args.service, ch, md, state, args)
         if args.service == "platform":
             for _ in range(3):  # jobs for GetJob to read
                 job_ids.append((await call("StartSelfTestJob", random.Random(0))).job.id)
+        elif args.service == "unlearning":
+            await setup_unlearning(call, ch, md, settings, tenant_id)
+        elif args.service == "design":
+            await setup_design(ch, md, state, settings)
         else:  # warm-up: the model loaded (UNAVAILABLE while it loads) and a few batches run
             deadline, done = time.monotonic() + 300, 0
             while done < 3:
@@ -253,6 +444,8 @@ async def drive(address: str, token: str, args, proc_pid: int, settings, tenant_
                 try:
                     await call(name, rng)
                     code = "OK"
+                except CheckFailed as err:
+                    code = str(err)
                 except grpc.aio.AioRpcError as err:
                     code = err.code().name
                     if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -267,7 +460,7 @@ async def drive(address: str, token: str, args, proc_pid: int, settings, tenant_
                 codes[name][code] += 1
 
         def sample_depth() -> int:
-            if args.service != "platform":
+            if args.service not in JOB_SERVICES:
                 return in_flight(metrics_port)
             with db.connect(settings) as conn:
                 return conn.execute("SELECT count(*) AS n FROM jobs WHERE tenant_id = %s AND state IN "
@@ -282,24 +475,27 @@ async def drive(address: str, token: str, args, proc_pid: int, settings, tenant_
 
         await asyncio.gather(sampler(), *(client(i) for i in range(args.concurrency)))
         elapsed = time.monotonic() - t0
-    return {"lat": lat, "codes": codes, "exhausted": exhausted, "rss": rss, "depth": depth, "elapsed": elapsed}
+    jobs = await asyncio.to_thread(job_outcomes, settings, tenant_id) if args.service in JOB_SERVICES else []
+    return {"lat": lat, "codes": codes, "exhausted": exhausted, "rss": rss, "depth": depth, "elapsed": elapsed,
+            "jobs": jobs}
 
 
 def report(res: dict, args) -> bool:
     ok = True
     mix = MIXES[args.service]
     total = sum(sum(c.values()) for c in res["codes"].values())
-    extra = (f"job quota {args.job_quota}/tenant" if args.service == "platform" else
+    extra = (f"job quota {args.job_quota}/tenant" if args.service in JOB_SERVICES else
              f"engine max_queued {args.max_queued or 'default'}" + (
                  f", max_new_tokens {args.max_new_tokens}" if args.service == "generation" else ""))
     print(f"load: {args.service} service, concurrency {args.concurrency}, {res['elapsed']:.1f} s, {total} calls "
           f"({total / res['elapsed']:.1f}/s), mix {mix}, torch threads {args.threads} {extra}")
-    print(f"{'method':<18}{'calls':>8}{'p50 ms':>9}{'p99 ms':>9}  status codes (latencies: OK calls)")
+    w = max(18, 2 + max(map(len, mix)))  # the method column fits the longest name
+    print(f"{'method':<{w}}{'calls':>8}{'p50 ms':>9}{'p99 ms':>9}  status codes (latencies: OK calls)")
     for name in mix:
         lat, n = res["lat"][name], sum(res["codes"][name].values())
         codes = ", ".join(f"{k} {v} ({100 * v / n:.1f}%)" for k, v in res["codes"][name].most_common())
-        print(f"{name:<18}{n:>8}{1000 * pct(lat, 0.5):>9.1f}{1000 * pct(lat, 0.99):>9.1f}  {codes}")
-        bad = {k for k in res["codes"][name] if k in ("INTERNAL", "UNKNOWN")}
+        print(f"{name:<{w}}{n:>8}{1000 * pct(lat, 0.5):>9.1f}{1000 * pct(lat, 0.99):>9.1f}  {codes}")
+        bad = {k for k in res["codes"][name] if k in ("INTERNAL", "UNKNOWN", "NOT_IDEMPOTENT")}
         if bad:
             print(f"FAIL: {name} answered {sorted(bad)}")
             ok = False
@@ -309,19 +505,21 @@ def report(res: dict, args) -> bool:
     ex = res["exhausted"]
     print(f"over quota: {ex['count']} RESOURCE_EXHAUSTED, {ex['with_retry_info']} with a RetryInfo delay, reasons "
           f"{dict(ex['reasons'])}")
-    if ex["count"] == 0 and args.service == "platform":
+    if ex["count"] == 0 and args.service in JOB_SERVICES:
         print("NOTE: no submit went over the quota (raise --concurrency or lower --job-quota to exercise it)")
     elif ex["with_retry_info"] != ex["count"]:
         print("FAIL: a RESOURCE_EXHAUSTED answer without RetryInfo")
         ok = False
 
     depth = [d for _, d in res["depth"]]
-    if args.service == "platform":
+    if args.service in JOB_SERVICES:
         print(f"unfinished jobs of the tenant (queue depth): max {max(depth)}, mean {sum(depth) / len(depth):.1f}, "
               f"quota {args.job_quota}")
         if max(depth) > args.job_quota:
             print("FAIL: more unfinished jobs than the quota")
             ok = False
+        print("jobs of the tenant at the end (setup included): " + ", ".join(
+            f"{j['kind']} {j['state']}{' ' + j['reason'] if j['reason'] else ''} {j['n']}" for j in res["jobs"]))
     else:
         print(f"RPCs in flight in the server (queue depth): max {max(depth)}, mean {sum(depth) / len(depth):.1f} "
               f"(concurrency {args.concurrency})")
@@ -357,6 +555,9 @@ def main() -> int:
     ap.add_argument("--job-quota", type=int, default=20, help="unfinished jobs per tenant (and per kind)")
     ap.add_argument("--rss-bound-mib", type=float, default=64.0, help="largest RSS growth after warm-up")
     ap.add_argument("--sample-s", type=float, default=1.0)
+    ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for the server process only (repeatable; it overrides the "
+                         "script's own, e.g. MALLOC_ARENA_MAX=2)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -378,12 +579,16 @@ def main() -> int:
                 REGISTER[args.service](settings, tenant_id)
             port, metrics_port = free_port(), free_port()
             server = start_server(args.service, settings, port, metrics_port, args, tmp / "server.log")
-            if args.service == "platform":
+            if args.service in JOB_SERVICES:
                 worker = harness.Worker(settings, tmp)
             wait_healthy(f"127.0.0.1:{port}", server)
             res = asyncio.run(drive(f"127.0.0.1:{port}", token, args, server.pid, settings, tenant_id,
                                     metrics_port))
             ok = report(res, args)
+        except BaseException:  # the logs go with the temporary folder: show their ends first
+            for log in sorted(tmp.glob("*.log")):
+                print(f"--- {log.name} (last 40 lines)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:]))
+            raise
         finally:
             if worker is not None:
                 worker.stop()
