@@ -30,8 +30,8 @@ from typing import Any, Literal
 from fastapi import Request  # at module level: FastAPI resolves the handlers' (string) annotations here
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from services.common.errors import (FailedPrecondition, InvalidArgument, NotFound, PraxonError, ResourceExhausted,
-                                   Unavailable)
+from services.common import oip
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, PraxonError
 from services.generation.settings import GenerationConfig
 
 log = logging.getLogger(__name__)
@@ -360,13 +360,11 @@ def error_of(exc: BaseException) -> OpenAIError:
         return bad(ENGINE_FIELDS.get(v.field, v.field), v.description)
     if isinstance(exc, NotFound) or (isinstance(exc, FailedPrecondition) and exc.reason == "MODEL_NOT_REGISTERED"):
         return OpenAIError(404, exc.message, param="model", code="model_not_found")
-    if isinstance(exc, (ResourceExhausted, Unavailable)):
-        status = 429 if isinstance(exc, ResourceExhausted) else 503
-        return OpenAIError(status, exc.message, code=exc.reason.lower(),
-                           type_="rate_limit_error" if status == 429 else "server_error",
-                           headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))})
-    if isinstance(exc, PraxonError):
-        return OpenAIError(400, exc.message, code=exc.reason.lower())
+    if isinstance(exc, PraxonError):  # the predictors' one HTTP mapping (status, Retry-After), in OpenAI's shape
+        status, _, headers = oip.http_error(exc)
+        return OpenAIError(status, exc.message, code=exc.reason.lower(), headers=headers,
+                           type_="rate_limit_error" if status == 429 else "server_error" if status >= 500
+                           else "invalid_request_error")
     request_id = uuid.uuid4().hex
     log.error("openai request %s failed", request_id, exc_info=exc)
     return OpenAIError(500, f"internal error (request id {request_id})", type_="server_error")
