@@ -33,7 +33,7 @@ def pct(values, q):
 
 def spine(args, tmp: Path) -> dict:
     from services.common import db
-    from services.common.jobs import EVENTS_CHANNEL, JobStore
+    from services.common.jobs import EVENTS_CHANNEL, JobQuota, JobStore
     from services.common.queue import make_celery
     from services.common.settings import Settings
 
@@ -50,7 +50,8 @@ def spine(args, tmp: Path) -> dict:
         worker = harness.Worker(settings, tmp)
         try:
             pool = db.create_pool(settings, max_size=2)
-            store = JobStore(pool, make_celery(settings))
+            quota = JobQuota(settings.jobs.max_active_per_tenant, settings.jobs.max_active_per_tenant_kind)
+            store = JobStore(pool, make_celery(settings), quota)  # as a service submits (build_app_context)
             warm = store.submit(tenant, "bench.noop", {})  # the worker is up and warm
             harness.wait_for(lambda: harness.job_row(settings, warm["id"])["state"] == "SUCCEEDED", 180, what="warm-up")
             # latency: one job at a time, from before submit until the client learns it SUCCEEDED, the way WatchJob
@@ -78,6 +79,7 @@ def spine(args, tmp: Path) -> dict:
                 # acking, fetching the next message, the task's start)
                 spans = conn.execute("SELECT started_at, finished_at FROM jobs WHERE id = ANY(%s) "
                                      "ORDER BY started_at", (burst,)).fetchall()
+            waits = database_waits(settings, tenant, pool, quota)
             pool.close()
             durable_ms, async_ms = commit_cost_ms(db.database_url(settings))
         finally:
@@ -87,9 +89,40 @@ def spine(args, tmp: Path) -> dict:
     inside = [(r["finished_at"] - r["started_at"]).total_seconds() for r in spans]
     between = [(b["started_at"] - a["finished_at"]).total_seconds() for a, b in zip(spans, spans[1:],
                                                                                               strict=False)]
-    return {"submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms, "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside), "between_ms": 1e3 * statistics.median(between),
+    return {"waits": waits, "submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms, "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside), "between_ms": 1e3 * statistics.median(between),
             "running_p50": statistics.median(run), "running_p99": pct(run, 0.99),
             "done_p50": statistics.median(done), "done_p99": pct(done, 0.99), "jobs_per_s": args.jobs / burst_s}
+
+
+def database_waits(settings, tenant: str, pool, quota, n: int = 50) -> tuple[float, float]:
+    """(submit, run_job) times the client waited on PostgreSQL per no-op job (psycopg Connection.wait calls: each
+    at least one round trip; pool checks included), counted in this process with run_job called directly. A count,
+    so a shared machine's load does not move it."""
+    from services.common.jobs import JobStore
+    from services.common.queue import make_celery
+    from services.common.registry import Registry
+    from services.common.store import ArtifactStore
+    from workers.runner import run_job
+    from workers.runtime import Runtime
+
+    store = ArtifactStore(settings)
+    rt = Runtime(settings, pool, JobStore(pool, make_celery(settings), quota), Registry(pool, store), store)
+    rt.jobs.enqueue = lambda *a, **k: None  # the worker must not take these: run_job runs them here
+    count = [0]
+    real = psycopg.Connection.wait
+
+    def counting(conn, *a, **k):
+        count[0] += 1
+        return real(conn, *a, **k)
+    psycopg.Connection.wait = counting
+    try:
+        ids = [rt.jobs.submit(tenant, "bench.noop", {})["id"] for _ in range(n)]
+        submitted = count[0]
+        for job_id in ids:
+            run_job(rt, str(job_id))
+    finally:
+        psycopg.Connection.wait = real
+    return submitted / n, (count[0] - submitted) / n
 
 
 def commit_cost_ms(url: str, n: int = 200) -> tuple[float, float]:
@@ -169,6 +202,7 @@ def main() -> None:
           f"{s['done_p50'] * 1e3:9.1f}ms {s['done_p99'] * 1e3:6.1f}ms {s['jobs_per_s']:8.1f}")
     print(f"{'bare Celery task round trip':34} {'-':>14} {'-':>8} {b['done_p50'] * 1e3:9.1f}ms "
           f"{b['done_p99'] * 1e3:6.1f}ms {b['jobs_per_s']:8.1f}")
+    print(f"database waits per job: submit {s['waits'][0]:.1f}, run_job {s['waits'][1]:.1f}")
     print(f"latency, median: submit returns after {s['submit_ms']:.1f} ms (row committed, message sent)")
     print(f"burst, median per job: {s['inside_ms']:.1f} ms from claim to finish, {s['between_ms']:.1f} ms from one "
           "job's finish to the next one's claim")
