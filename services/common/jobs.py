@@ -400,6 +400,13 @@ class JobStore:
             raise ValueError(f"finish needs a terminal state, not {state}")
         progress = 1.0 if state == "SUCCEEDED" else progress
         with self.pool.connection() as conn:
+            # The outputs first: triggers on the state change (e.g. an unlearning outcome naming its new model
+            # version) read them committed. A run that lost its lease is found by the UPDATE below, and its
+            # LeaseLost rolls all of this back.
+            if state == "SUCCEEDED":
+                outputs.commit_job_outputs(conn, job_id)
+            else:
+                outputs.discard_job_outputs(conn, job_id)
             # the ownership check, the row lock and the event are this one statement's (owned() + UPDATE + add_event)
             if conn.execute(with_event(
                     "UPDATE jobs SET state = %(state)s, result = %(result)s, error_reason = %(reason)s, "
@@ -411,10 +418,6 @@ class JobStore:
                      "error": message or None, "progress": progress, "message": message or state.lower(),
                      "job": job_id, "owner": owner}).fetchone() is None:
                 raise LeaseLost(job_id)
-            if state == "SUCCEEDED":
-                outputs.commit_job_outputs(conn, job_id)
-            else:
-                outputs.discard_job_outputs(conn, job_id)
 
     def release(self, job_id: str, owner: str, progress: float, message: str, *, waiting: bool = False) -> None:
         """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint).
