@@ -155,6 +155,17 @@ class UnlearningRecords:
         ds = decode_dataset(blob)
         return set(ds.record_ids)
 
+    def _check_ids(self, tenant: str, ds_id: str, config: dict, method: str, ids: list[str]) -> None:
+        """The forget ids against the dataset and its tombstones. In a frame of its own so that the id sets (about
+        1 MB for 10k records) are freed on return: as locals of start_unlearning, the traceback of a refused submit
+        (RESOURCE_EXHAUSTED over the job quota) kept them alive until a full cyclic GC, and under load dozens of
+        such frames at a time grew the heap (issue 18)."""
+        forgotten = self.registry.tombstones(tenant, ds_id)
+        dataset_ids = self._dataset_ids(tenant, ds_id, config)
+        check_forget_request(method, config, ids, forgotten, dataset_ids)
+        if dataset_ids is not None and len(dataset_ids - forgotten - set(ids)) == 0:
+            raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
+
     def start_unlearning(self, requester: Requester, req: UnlearnRequest) -> tuple[dict, str]:
         """Validate, then insert the job and its record in one transaction. Returns (job row, record id)."""
         tenant = requester.tenant_id
@@ -196,11 +207,7 @@ class UnlearningRecords:
             ids = parse_forget_ids(list(req.forget_record_ids))
         if req.eval_dataset_artifact_id:
             self.registry.get_artifact(tenant, req.eval_dataset_artifact_id, "eval_dataset_artifact_id")
-        forgotten = self.registry.tombstones(tenant, ds_id)
-        dataset_ids = self._dataset_ids(tenant, ds_id, config)
-        check_forget_request(req.method, config, ids, forgotten, dataset_ids)
-        if dataset_ids is not None and len(dataset_ids - forgotten - set(ids)) == 0:
-            raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
+        self._check_ids(tenant, ds_id, config, req.method, ids)
 
         record_id = str(uuid.uuid4())
         # the dataset comes from the version's lineage (a moderation guard's config does not name it)
