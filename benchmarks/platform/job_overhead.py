@@ -79,7 +79,7 @@ def spine(args, tmp: Path) -> dict:
                 # acking, fetching the next message, the task's start)
                 spans = conn.execute("SELECT started_at, finished_at FROM jobs WHERE id = ANY(%s) "
                                      "ORDER BY started_at", (burst,)).fetchall()
-            waits = database_waits(settings, tenant, pool, quota)
+            trips = database_round_trips(settings, tenant, pool, quota)
             pool.close()
             durable_ms, async_ms = commit_cost_ms(db.database_url(settings))
         finally:
@@ -89,15 +89,18 @@ def spine(args, tmp: Path) -> dict:
     inside = [(r["finished_at"] - r["started_at"]).total_seconds() for r in spans]
     between = [(b["started_at"] - a["finished_at"]).total_seconds() for a, b in zip(spans, spans[1:],
                                                                                               strict=False)]
-    return {"waits": waits, "submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms, "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside), "between_ms": 1e3 * statistics.median(between),
+    return {"trips": trips, "submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms, "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside), "between_ms": 1e3 * statistics.median(between),
             "running_p50": statistics.median(run), "running_p99": pct(run, 0.99),
             "done_p50": statistics.median(done), "done_p99": pct(done, 0.99), "jobs_per_s": args.jobs / burst_s}
 
 
-def database_waits(settings, tenant: str, pool, quota, n: int = 50) -> tuple[float, float]:
-    """(submit, run_job) times the client waited on PostgreSQL per no-op job (psycopg Connection.wait calls: each
-    at least one round trip; pool checks included), counted in this process with run_job called directly. A count,
-    so a shared machine's load does not move it."""
+def database_round_trips(settings, tenant: str, pool, quota, n: int = 50) -> tuple[float, float]:
+    """(submit, run_job) round trips to PostgreSQL per no-op job, counted in this process with run_job called
+    directly: every statement (Cursor.execute, pool checks included) and every transaction command psycopg sends on
+    its own (BEGIN, COMMIT, SET: its private BaseConnection._exec_command; a commit with no transaction open sends
+    nothing and is not counted). A count, so a shared machine's load does not move it."""
+    from psycopg._connection_base import BaseConnection
+
     from services.common.jobs import JobStore
     from services.common.queue import make_celery
     from services.common.registry import Registry
@@ -109,19 +112,23 @@ def database_waits(settings, tenant: str, pool, quota, n: int = 50) -> tuple[flo
     rt = Runtime(settings, pool, JobStore(pool, make_celery(settings), quota), Registry(pool, store), store)
     rt.jobs.enqueue = lambda *a, **k: None  # the worker must not take these: run_job runs them here
     count = [0]
-    real = psycopg.Connection.wait
+    execute, command = psycopg.Cursor.execute, BaseConnection._exec_command
 
-    def counting(conn, *a, **k):
+    def counted_execute(cur, *a, **k):
         count[0] += 1
-        return real(conn, *a, **k)
-    psycopg.Connection.wait = counting
+        return execute(cur, *a, **k)
+
+    def counted_command(conn, *a, **k):
+        count[0] += 1
+        return command(conn, *a, **k)
+    psycopg.Cursor.execute, BaseConnection._exec_command = counted_execute, counted_command
     try:
         ids = [rt.jobs.submit(tenant, "bench.noop", {})["id"] for _ in range(n)]
         submitted = count[0]
         for job_id in ids:
             run_job(rt, str(job_id))
     finally:
-        psycopg.Connection.wait = real
+        psycopg.Cursor.execute, BaseConnection._exec_command = execute, command
     return submitted / n, (count[0] - submitted) / n
 
 
@@ -202,7 +209,7 @@ def main() -> None:
           f"{s['done_p50'] * 1e3:9.1f}ms {s['done_p99'] * 1e3:6.1f}ms {s['jobs_per_s']:8.1f}")
     print(f"{'bare Celery task round trip':34} {'-':>14} {'-':>8} {b['done_p50'] * 1e3:9.1f}ms "
           f"{b['done_p99'] * 1e3:6.1f}ms {b['jobs_per_s']:8.1f}")
-    print(f"database waits per job: submit {s['waits'][0]:.1f}, run_job {s['waits'][1]:.1f}")
+    print(f"database round trips per job: submit {s['trips'][0]:.1f}, run_job {s['trips'][1]:.1f}")
     print(f"latency, median: submit returns after {s['submit_ms']:.1f} ms (row committed, message sent)")
     print(f"burst, median per job: {s['inside_ms']:.1f} ms from claim to finish, {s['between_ms']:.1f} ms from one "
           "job's finish to the next one's claim")
