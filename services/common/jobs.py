@@ -399,25 +399,20 @@ class JobStore:
         if state not in TERMINAL:
             raise ValueError(f"finish needs a terminal state, not {state}")
         progress = 1.0 if state == "SUCCEEDED" else progress
-        with self.pool.connection() as conn:
-            # The outputs first: triggers on the state change (e.g. an unlearning outcome naming its new model
-            # version) read them committed. A run that lost its lease is found by the UPDATE below, and its
-            # LeaseLost rolls all of this back.
+        with self.owned(job_id, owner) as (conn, _):
+            # the outputs before the state changes: triggers on the state change (e.g. an unlearning outcome naming
+            # its new model version) read them committed
             if state == "SUCCEEDED":
                 outputs.commit_job_outputs(conn, job_id)
             else:
                 outputs.discard_job_outputs(conn, job_id)
-            # the ownership check, the row lock and the event are this one statement's (owned() + UPDATE + add_event)
-            if conn.execute(with_event(
-                    "UPDATE jobs SET state = %(state)s, result = %(result)s, error_reason = %(reason)s, "
-                    "error_message = %(error)s, progress = %(progress)s, message = %(message)s, finished_at = now(), "
-                    "lease_owner = NULL, lease_expires_at = NULL "
-                    "WHERE id = %(job)s AND lease_owner = %(owner)s AND state = 'RUNNING' RETURNING *",
-                    "j.state", "j.message"),
-                    {"state": state, "result": Jsonb(result) if result is not None else None, "reason": reason,
-                     "error": message or None, "progress": progress, "message": message or state.lower(),
-                     "job": job_id, "owner": owner}).fetchone() is None:
-                raise LeaseLost(job_id)
+            conn.execute(with_event(
+                "UPDATE jobs SET state = %(state)s, result = %(result)s, error_reason = %(reason)s, "
+                "error_message = %(error)s, progress = %(progress)s, message = %(message)s, finished_at = now(), "
+                "lease_owner = NULL, lease_expires_at = NULL WHERE id = %(job)s RETURNING *", "j.state", "j.message"),
+                {"state": state, "result": Jsonb(result) if result is not None else None, "reason": reason,
+                 "error": message or None, "progress": progress, "message": message or state.lower(),
+                 "job": job_id})
 
     def release(self, job_id: str, owner: str, progress: float, message: str, *, waiting: bool = False) -> None:
         """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint).
