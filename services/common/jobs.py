@@ -86,8 +86,8 @@ def add_event(conn: Connection, job_id: str, state: str, progress: float, messag
 def with_event(change: str, state: str, message: str) -> str:
     """One statement that changes a job row (`change`: an INSERT or UPDATE on jobs ... RETURNING *, named
     parameters), appends its event (what add_event does) and notifies watchers at commit; it returns the row.
-    `state` and `message` are SQL expressions over the changed row `j`. One round trip where three statements
-    were three."""
+    `state` and `message` are SQL expressions over the changed row `j`. One round trip for what were three
+    statements (the change, the event, the notify)."""
     return (f"WITH j AS ({change}), "
             "e AS (INSERT INTO job_events (job_id, seq, state, progress, message) "
             "SELECT j.id, coalesce((SELECT max(seq) FROM job_events WHERE job_id = j.id), 0) + 1, "
@@ -101,8 +101,8 @@ def _without_waiting_for_disk(conn: Connection) -> None:
     corrupted). For the writes a lost copy of which the job system already survives: a claim (the row reads
     QUEUED again and the reaper re-sends it; the run that had it meets LeaseLost at its next write), a lease
     renewal (the lease may lapse early, the same), progress. Submit and finish stay durable: a client holds
-    the job's id, and the broker's message is acknowledged only after finish. The fsync was 3 of a no-op job's
-    ~7 ms on the reference machine."""
+    the job's id, and the broker's message is acknowledged only after finish. (A durable commit cost 0.4-2 ms on
+    the 2-core reference machine, with its disk's load; benchmarks/platform/RESULTS.md.)"""
     conn.execute("SET LOCAL synchronous_commit = off")
 
 
