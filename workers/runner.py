@@ -215,6 +215,8 @@ class Heartbeats:
                     ctx.renew_lease()
                 except TRANSIENT:  # the database is away; the lease may lapse and the reaper decides
                     log.warning("lease renewal failed for job %s", job_id, exc_info=True)
+                except Exception:  # a bug here must not stop the renewals of every other job
+                    log.exception("lease renewal crashed for job %s", job_id)
                 if ctx.lease_lost:
                     self.unwatch(ctx)
             self._wake.wait(max(0.0, wait))
