@@ -1,24 +1,30 @@
 """Cross-check praxon's Ehrlich functions against holo-bench's reference implementation (issue 13).
 
-pytorch-holo is not on this environment's package index, so the check runs holo-bench's own source from a checkout
-given on the command line (nothing of it is copied into this repository):
+The reference is the `pytorch-holo` package (holo-bench's release on PyPI). It pins numpy<2, which this project's
+environment does not allow, so it goes in an environment of its own; the script loads praxon's oracle module by
+its path (it needs numpy alone), so it runs there without the rest of the project:
 
-    git clone https://github.com/prescient-design/holo-bench /tmp/holo-bench      # or any copy of its source
-    .venv/bin/python benchmarks/design/holo_crosscheck.py --holo-src /tmp/holo-bench
+    python3.11 -m venv /tmp/holo-env
+    /tmp/holo-env/bin/pip install torch==2.13.0 "numpy<2" pytorch-holo
+    /tmp/holo-env/bin/python benchmarks/design/holo_crosscheck.py
+
+`--holo-src DIR` runs holo-bench's source from a checkout instead (its git HEAD, newer than the release), in either
+environment. Nothing of holo-bench is copied into this repository.
 
 For every size and seed it builds holo-bench's `Ehrlich`, loads its transition matrix, motifs and spacings into
-`services.design.gameopt.oracles.Ehrlich` (the random draws differ between the two, so the parameters are shared,
-not the seed), and compares feasibility and values on uniform random sequences, holo-bench's DMP initial solutions,
-its optimal solution and every single-site mutant of it (partial motifs). Expected differences, printed separately:
-holo-bench scores infeasible sequences -inf where praxon scores 0, and it quantises motif presence as
-(count // ceil(k/q)) / (k / ceil(k/q)) where praxon keeps the paper's floor(q * count / k) / q; the two agree when q
-divides k (the default q = k), and the sizes with q not dividing k count the rows where they differ.
+praxon's `Ehrlich` (services/design/gameopt/oracles.py; the random draws differ between the two, so the parameters
+are shared, not the seed), and compares feasibility and values on uniform random sequences, holo-bench's DMP
+initial solutions, its optimal solution and every single-site mutant of it (partial motifs). Expected differences,
+printed separately: holo-bench scores infeasible sequences -inf where praxon scores 0, and it quantises motif
+presence as (count // ceil(k/q)) / (k / ceil(k/q)) where praxon keeps the paper's floor(q * count / k) / q; the two
+agree when q divides k (the default q = k), and the sizes with q not dividing k count the rows where they differ.
 Exit status 1 if any disagreement other than those two is found.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -26,21 +32,37 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ORACLES = Path(__file__).resolve().parents[2] / "services" / "design" / "gameopt" / "oracles.py"
 
-from services.design.gameopt.oracles import Ehrlich  # noqa: E402
+
+def load_praxon_ehrlich():
+    """praxon's Ehrlich class from oracles.py alone (numpy only), without importing the services package."""
+    spec = importlib.util.spec_from_file_location("praxon_oracles", ORACLES)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up by name
+    spec.loader.exec_module(module)
+    return module.Ehrlich
+
+
+Ehrlich = load_praxon_ehrlich()
 
 # (num_states, length, num_motifs, motif_length, quantization)
 SIZES = [(5, 7, 1, 3, 3), (8, 12, 2, 3, 3), (20, 12, 2, 4, 4), (20, 32, 2, 4, 4), (20, 32, 4, 4, 4),
          (32, 32, 2, 4, 4), (20, 64, 4, 8, 8), (20, 32, 2, 4, 2), (20, 32, 2, 4, 3)]
 
 
-def load_holo(src: Path):
-    """holo-bench's Ehrlich class from a source tree. holo/test_functions/__init__.py also imports the lookup
-    benchmarks (pooch and pandas, to download data sets); the closed-form functions need neither, so the two
-    package modules above them are registered empty and only closed_form and elemental are executed."""
+def load_holo(src: Path | None):
+    """holo-bench's Ehrlich class: from the installed pytorch-holo, or from a source tree. In a source tree,
+    holo/test_functions/__init__.py also imports the lookup benchmarks (pooch and pandas, to download data sets);
+    the closed-form functions need neither, so the two package modules above them are registered empty and only
+    closed_form and elemental are executed."""
+    if src is None:
+        try:
+            from holo.test_functions.closed_form import Ehrlich as HoloEhrlich
+        except ImportError:
+            raise SystemExit("pytorch-holo is not installed in this environment: install it in its own environment "
+                             "(see this script's docstring) or pass --holo-src") from None
+        return HoloEhrlich
     pkg_root = src / "holo"
     if not (pkg_root / "test_functions" / "closed_form" / "_ehrlich.py").is_file():
         raise SystemExit(f"{src} is not a holo-bench source tree (no holo/test_functions/closed_form/_ehrlich.py)")
@@ -89,11 +111,16 @@ def check(HoloEhrlich, v: int, L: int, c: int, k: int, q: int, seed: int, n: int
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--holo-src", type=Path, required=True, help="a holo-bench source tree (git clone)")
+    ap.add_argument("--holo-src", type=Path, help="a holo-bench source tree (default: the installed pytorch-holo)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--samples", type=int, default=500, help="uniform and DMP sequences per function")
     args = ap.parse_args()
     HoloEhrlich = load_holo(args.holo_src)
+    if args.holo_src is None:
+        from importlib.metadata import version
+        print(f"reference: pytorch-holo {version('pytorch-holo')}, numpy {np.__version__}, torch {torch.__version__}")
+    else:
+        print(f"reference: holo-bench source at {args.holo_src}")
     print(f"{'function':>22} {'seed':>4} {'rows':>5} {'feasible':>8} {'feas. mismatch':>14} {'value mismatch':>14} "
           f"{'optimum holo/praxon':>20}")
     bad = 0

@@ -21,10 +21,11 @@ whose construction this follows:
 Where this differs from holo-bench: infeasible sequences score 0 (the paper's convention; holo-bench returns -inf,
 and 0 keeps values finite for a GP); the random draws use numpy, so a seed gives another function than holo-bench's
 torch generator would; an unlucky non-ergodic transition matrix is redrawn (holo-bench raises); holo-bench's optional
-epistasis term (cubic response, off by default) is not implemented. `pytorch-holo` is not on this environment's
-package index; benchmarks/design/holo_crosscheck.py runs holo-bench's own source from a checkout, loads its
-transition matrix, motifs and spacings into this class and compares feasibility and values on uniform, DMP, optimal
-and single-mutant sequences (9 sizes x 3 seeds: identical wherever q divides k; k=4, q=3 differs as said above).
+epistasis term (cubic response, off by default) is not implemented. benchmarks/design/holo_crosscheck.py runs
+holo-bench's released package (`pytorch-holo` 0.0.5, in an environment of its own: it pins numpy<2) or its source
+from a checkout, loads its transition matrix, motifs and spacings into this class and compares feasibility and
+values on uniform, DMP, optimal and single-mutant sequences (9 sizes x 3 seeds: identical wherever q divides k;
+k=4, q=3 differs as said above).
 
 `ExhaustiveLandscape`: every sequence of a short length scored by a fixed random model (site effects plus
 neighbouring-pair epistasis), rescaled to [0, 1]; the whole table is known, so its optimum is exact."""
