@@ -345,6 +345,7 @@ def test_cli_commands_and_demo_step(env, capsys, tmp_path):
         target.close()
     out = capsys.readouterr().out
     assert "oracle campaign" in out and "after round 3" in out and "best so far" in out
+    assert "random search with 12 evaluations on the same function" in out
 
 
 def test_report_reuses_its_plot_artifact_until_the_campaign_changes(env):
