@@ -208,10 +208,10 @@ def demo(target: Target, rounds: int = 12) -> None:
 
     import numpy as np
 
-    from services.design.gameopt.oracles import make_oracle
+    from services.design.gameopt.oracles import AMINO_ACIDS, make_oracle
 
     spec = DEMO_ORACLE
-    letters = "ACDEFGHIKL"[:spec["num_states"]]
+    letters = AMINO_ACIDS[:spec["num_states"]]
     stub = _stub(target)
     camp = stub.CreateCampaign(pb.CreateCampaignRequest(
         name=f"demo-ehrlich-{uuid.uuid4().hex[:6]}", alphabet=letters, length=spec["length"], batch_size=4,
