@@ -97,9 +97,16 @@ def test_in_distribution_unlearning_is_cheaper_than_retraining(trained):
 
 
 def test_accuracy_within_one_point_of_retraining(trained):
-    p, Xe, ye = trained["p"], trained["Xe"], trained["ye"]
-    a_un = p.utility(trained["un"].theta_published, Xe, ye)["accuracy"]
-    a_re = p.utility(trained["re"].theta_published, Xe, ye)["accuracy"]
+    # Expected accuracy over the noise, as the paper compares: each release's accuracy moves by about a point with
+    # its (secret, unseedable) draw, so the test publishes both sides with seeded independent draws and averages.
+    p, Xe, ye, un, re = trained["p"], trained["Xe"], trained["ye"], trained["un"], trained["re"]
+    sigma, n, g = un.certificate.sigma, un.theta_private.numel(), torch.Generator().manual_seed(0)
+
+    def mean_accuracy(theta, draws=20):
+        return sum(p.utility(theta + sigma * torch.randn(n, generator=g, dtype=torch.float64), Xe, ye)["accuracy"]
+                   for _ in range(draws)) / draws
+
+    a_un, a_re = mean_accuracy(un.theta_private), mean_accuracy(re.theta_private)
     assert a_re > 0.6  # a model worth comparing
     assert abs(a_un - a_re) <= 0.01
 
