@@ -20,6 +20,7 @@ streamed text is held back while it could still be the start of a stop string or
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -431,7 +432,7 @@ class Engine:
         if req.sampling.temperature > 0:
             gen = torch.Generator()
             gen.manual_seed(req.sampling.seed if req.sampling.seed is not None else
-                            int.from_bytes(__import__("os").urandom(6), "little"))
+                            int.from_bytes(os.urandom(6), "little"))
         kept = float(lengths.sum()) / float(lengths.numel() * m)
         seq = Sequence(req, kbuf, vbuf, lengths, m, kept, budgets, gen)
         return seq, out.logits[:, -1].float()
