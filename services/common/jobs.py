@@ -72,27 +72,29 @@ def page_size(value: int, field: str = "page_size") -> int:
     return value or 50
 
 
-def add_event(conn: Connection, job_id: str, state: str, progress: float, message: str = "",
-              metrics: dict[str, float] | None = None) -> None:
-    """Append to the job's event log (the caller holds the job row lock) and notify watchers at commit, in one
-    statement (one round trip)."""
-    conn.execute(
-        "WITH e AS (INSERT INTO job_events (job_id, seq, state, progress, message, metrics) "
-        "SELECT %s, coalesce(max(seq), 0) + 1, %s, %s, %s, %s FROM job_events WHERE job_id = %s RETURNING job_id) "
-        "SELECT pg_notify(%s, job_id::text) FROM e",
-        (job_id, state, progress, message, Jsonb(metrics or {}), job_id, EVENTS_CHANNEL))
-
-
-def with_event(change: str, state: str, message: str) -> str:
-    """One statement that changes a job row (`change`: an INSERT or UPDATE on jobs ... RETURNING *, named
-    parameters), appends its event (what add_event does) and notifies watchers at commit; it returns the row.
-    `state` and `message` are SQL expressions over the changed row `j`. One round trip for what were three
-    statements (the change, the event, the notify)."""
+def with_event(change: str, state: str, message: str, *, progress: str = "j.progress", metrics: str = "'{}'") -> str:
+    """The one way a job's event is written: one statement that changes job rows (`change`: an INSERT or UPDATE on
+    jobs ... RETURNING *, named parameters; the caller holds the row lock or the change takes it), appends an event
+    to each changed row's log and notifies watchers at commit; it returns the rows, each with a `notified` column
+    (pop it). `state`, `message`, `progress` and `metrics` (jsonb) are SQL expressions over the changed row `j`.
+    One round trip for what would be three statements (the change, the event, the notify)."""
     return (f"WITH j AS ({change}), "
-            "e AS (INSERT INTO job_events (job_id, seq, state, progress, message) "
+            "e AS (INSERT INTO job_events (job_id, seq, state, progress, message, metrics) "
             "SELECT j.id, coalesce((SELECT max(seq) FROM job_events WHERE job_id = j.id), 0) + 1, "
-            f"{state}, j.progress, {message} FROM j) "
+            f"{state}, {progress}, {message}, {metrics} FROM j) "
             f"SELECT j.*, pg_notify('{EVENTS_CHANNEL}', j.id::text) AS notified FROM j")
+
+
+def _row(cursor) -> dict | None:
+    """The one row a with_event statement changed (None if none), without its `notified` column."""
+    row = cursor.fetchone()
+    if row is not None:
+        row.pop("notified")
+    return row
+
+
+# true for this transaction alone: the SQL of _without_waiting_for_disk, usable inside a statement
+_NO_WAIT_FOR_DISK = "set_config('synchronous_commit', 'off', true) = 'off'"
 
 
 def _without_waiting_for_disk(conn: Connection) -> None:
@@ -103,7 +105,7 @@ def _without_waiting_for_disk(conn: Connection) -> None:
     renewal (the lease may lapse early, the same), progress. Submit and finish stay durable: a client holds
     the job's id, and the broker's message is acknowledged only after finish. (A durable commit cost 0.4-2 ms on
     the 2-core reference machine, with its disk's load; benchmarks/platform/RESULTS.md.)"""
-    conn.execute("SET LOCAL synchronous_commit = off")
+    conn.execute(f"SELECT {_NO_WAIT_FOR_DISK}")
 
 
 class LeaseLost(Exception):
@@ -159,19 +161,18 @@ class JobStore:
                     raise Cancelled("the parent job was cancelled or has ended: no new child jobs")
             if self.quota.per_tenant or self.quota.per_kind:
                 self._check_quota(conn, tenant_id, kind, idempotency_key, parent_job_id)
-            row = conn.execute(with_event(
+            row = _row(conn.execute(with_event(
                 "INSERT INTO jobs (tenant_id, kind, queue, state, params, idempotency_key, enqueued_at, "
                 "parent_job_id) VALUES (%(tenant)s, %(kind)s, %(queue)s, 'QUEUED', %(params)s, %(key)s, now(), "
                 "%(parent)s) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *", "'QUEUED'", "'queued'"),
                 {"tenant": tenant_id, "kind": kind, "queue": queue, "params": Jsonb(params),
-                 "key": idempotency_key or None, "parent": parent_job_id}).fetchone()
+                 "key": idempotency_key or None, "parent": parent_job_id}))
             if row is None:  # the key was used before: that job is the answer
                 existing = conn.execute("SELECT * FROM jobs WHERE tenant_id = %s AND idempotency_key = %s",
                                         (tenant_id, idempotency_key)).fetchone()
                 if existing["kind"] != kind:
                     raise InvalidArgument("idempotency_key", "already used for a job of another kind")
                 return existing
-            row.pop("notified")
             if in_transaction is not None:
                 in_transaction(conn, row)
         self.enqueue(row["id"], queue)
@@ -267,15 +268,14 @@ class JobStore:
         if row["state"] == "QUEUED":
             message = ("cancelled before start" if row["started_at"] is None else "cancelled while queued") + (
                 f" ({why})" if why else "")
-            row = conn.execute("UPDATE jobs SET state = 'CANCELLED', cancel_requested = true, "
-                               "finished_at = now(), message = %s WHERE id = %s RETURNING *",
-                               (message, job_id)).fetchone()
-            add_event(conn, job_id, "CANCELLED", row["progress"], message)
+            row = _row(conn.execute(with_event(
+                "UPDATE jobs SET state = 'CANCELLED', cancel_requested = true, finished_at = now(), "
+                "message = %(message)s WHERE id = %(job)s RETURNING *", "'CANCELLED'", "j.message"),
+                {"message": message, "job": job_id}))
         elif row["state"] == "RUNNING" and not row["cancel_requested"]:
-            row = conn.execute("UPDATE jobs SET cancel_requested = true WHERE id = %s RETURNING *",
-                               (job_id,)).fetchone()
-            add_event(conn, job_id, "RUNNING", row["progress"],
-                      "cancellation requested" + (f" ({why})" if why else ""))
+            row = _row(conn.execute(with_event(
+                "UPDATE jobs SET cancel_requested = true WHERE id = %(job)s RETURNING *", "'RUNNING'", "%(message)s"),
+                {"message": "cancellation requested" + (f" ({why})" if why else ""), "job": job_id}))
         return row
 
     def children(self, tenant_id: str, parent_job_id: str, job_ids: list[str]) -> list[dict]:
@@ -326,22 +326,20 @@ class JobStore:
         cancelled before it started."""
         with self.pool.connection() as conn:
             # one statement in its own transaction: a single round trip; and committed without waiting for the disk
-            # (see _without_waiting_for_disk), which set_config(.., true) does for this transaction alone
+            # (_without_waiting_for_disk, inside the statement)
             conn.autocommit = True
             try:
-                job = conn.execute(with_event(
+                job = _row(conn.execute(with_event(
                     "UPDATE jobs SET state = 'RUNNING', lease_owner = %(owner)s, "
                     "lease_expires_at = now() + make_interval(secs => %(lease)s), attempts = attempts + 1, "
                     "started_at = coalesce(started_at, now()) "
                     "WHERE id = %(job)s AND state = 'QUEUED' AND NOT cancel_requested "
-                    "AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING *", "'RUNNING'",
+                    f"AND {_NO_WAIT_FOR_DISK} RETURNING *", "'RUNNING'",
                     "'started (attempt ' || j.attempts || CASE WHEN j.checkpoint_key IS NULL THEN '' "
                     "ELSE ', resuming from checkpoint' END || ')'"),
-                    {"owner": owner, "lease": lease_seconds, "job": job_id}).fetchone()
+                    {"owner": owner, "lease": lease_seconds, "job": job_id}))
             finally:
                 conn.autocommit = False
-        if job is not None:
-            job.pop("notified")
         return job
 
     def renew(self, job_id: str, owner: str, lease_seconds: float) -> bool | None:
@@ -374,8 +372,9 @@ class JobStore:
         """Record progress (an event, NOTIFY); returns cancel_requested."""
         with self.owned(job_id, owner) as (conn, row):
             _without_waiting_for_disk(conn)
-            conn.execute("UPDATE jobs SET progress = %s, message = %s WHERE id = %s", (fraction, message, job_id))
-            add_event(conn, job_id, "RUNNING", fraction, message, metrics)
+            conn.execute(with_event("UPDATE jobs SET progress = %(progress)s, message = %(message)s WHERE id = %(job)s "
+                                    "RETURNING *", "'RUNNING'", "j.message", metrics="%(metrics)s"),
+                         {"progress": fraction, "message": message, "job": job_id, "metrics": Jsonb(metrics or {})})
             return bool(row["cancel_requested"])
 
     def set_checkpoint(self, job_id: str, owner: str, key: str, sha256: str) -> None:
@@ -419,18 +418,19 @@ class JobStore:
         `waiting`: the job waits for its child jobs; that run does not count as an attempt (attempts is what
         max_attempts bounds), so a parent may wait any number of times."""
         with self.owned(job_id, owner) as (conn, _):
-            conn.execute("UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, "
-                         "enqueued_at = now(), attempts = attempts - %s WHERE id = %s", (int(waiting), job_id))
-            add_event(conn, job_id, "QUEUED", progress, message)
+            conn.execute(with_event(
+                "UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(), "
+                "attempts = attempts - %(waiting)s WHERE id = %(job)s RETURNING *", "'QUEUED'", "%(message)s",
+                progress="%(progress)s"),
+                {"waiting": int(waiting), "job": job_id, "message": message, "progress": progress})
 
     def cancel_unstarted(self, job_id: str) -> bool:
         """A delivery that could not claim the job: if it is QUEUED with a cancellation requested, it ends
         CANCELLED now. True if it did."""
         with self.pool.connection() as conn:
-            row = conn.execute("UPDATE jobs SET state = 'CANCELLED', finished_at = now() WHERE id = %s "
-                               "AND state = 'QUEUED' AND cancel_requested RETURNING progress", (job_id,)).fetchone()
-            if row is not None:
-                add_event(conn, job_id, "CANCELLED", row["progress"], "cancelled before start")
+            row = _row(conn.execute(with_event(
+                "UPDATE jobs SET state = 'CANCELLED', finished_at = now() WHERE id = %(job)s AND state = 'QUEUED' "
+                "AND cancel_requested RETURNING *", "'CANCELLED'", "'cancelled before start'"), {"job": job_id}))
         return row is not None
 
     # ---- the lease reaper ----
@@ -438,11 +438,10 @@ class JobStore:
         """RUNNING jobs whose lease expired go back to QUEUED (their worker died) and are re-enqueued,
         as are QUEUED jobs whose enqueue is older than stale_queued_seconds (a lost message)."""
         with self.pool.connection() as conn:
-            expired = conn.execute(
+            expired = conn.execute(with_event(
                 "UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now() "
-                "WHERE state = 'RUNNING' AND lease_expires_at < now() RETURNING id, queue, progress").fetchall()
-            for row in expired:
-                add_event(conn, row["id"], "QUEUED", row["progress"], "worker lost; re-queued to resume")
+                "WHERE state = 'RUNNING' AND lease_expires_at < now() RETURNING *", "'QUEUED'",
+                "'worker lost; re-queued to resume'")).fetchall()
             stale = conn.execute(
                 "UPDATE jobs SET enqueued_at = now() WHERE state = 'QUEUED' AND NOT cancel_requested "
                 "AND enqueued_at < now() - make_interval(secs => %s) RETURNING id, queue",
