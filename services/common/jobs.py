@@ -86,26 +86,21 @@ def with_event(change: str, state: str, message: str, *, progress: str = "j.prog
 
 
 def _row(cursor) -> dict | None:
-    """The one row a with_event statement changed (None if none), without its `notified` column."""
+    """The one row a statement changed (None if none), without with_event's `notified` column."""
     row = cursor.fetchone()
     if row is not None:
-        row.pop("notified")
+        row.pop("notified", None)
     return row
 
 
-# true for this transaction alone: the SQL of _without_waiting_for_disk, usable inside a statement
+# A condition (always true) that makes its statement's transaction commit before its WAL reaches disk
+# (PostgreSQL's asynchronous commit: a crash of the database server, not a restart, can lose the last fraction of a
+# second of such commits; nothing is corrupted). For the writes a lost copy of which the job system already
+# survives: a claim (the row reads QUEUED again and the reaper re-sends it; the run that had it meets LeaseLost at
+# its next write), a lease renewal (the lease may lapse early, the same), progress. Submit and finish stay durable:
+# a client holds the job's id, and the broker's message is acknowledged only after finish. (A durable commit cost
+# 0.4-2 ms on the 2-core reference machine, with its disk's load; benchmarks/platform/RESULTS.md.)
 _NO_WAIT_FOR_DISK = "set_config('synchronous_commit', 'off', true) = 'off'"
-
-
-def _without_waiting_for_disk(conn: Connection) -> None:
-    """This transaction's commit returns before its WAL reaches disk (PostgreSQL's asynchronous commit: a crash of
-    the database server, not a restart, can lose the last fraction of a second of such commits; nothing is
-    corrupted). For the writes a lost copy of which the job system already survives: a claim (the row reads
-    QUEUED again and the reaper re-sends it; the run that had it meets LeaseLost at its next write), a lease
-    renewal (the lease may lapse early, the same), progress. Submit and finish stay durable: a client holds
-    the job's id, and the broker's message is acknowledged only after finish. (A durable commit cost 0.4-2 ms on
-    the 2-core reference machine, with its disk's load; benchmarks/platform/RESULTS.md.)"""
-    conn.execute(f"SELECT {_NO_WAIT_FOR_DISK}")
 
 
 class LeaseLost(Exception):
@@ -324,32 +319,31 @@ class JobStore:
     def claim(self, job_id: str, owner: str, lease_seconds: float) -> dict | None:
         """QUEUED -> RUNNING for this owner with a lease, or None if another delivery got it, it ended, or it was
         cancelled before it started."""
+        return self._alone(with_event(
+            "UPDATE jobs SET state = 'RUNNING', lease_owner = %(owner)s, "
+            "lease_expires_at = now() + make_interval(secs => %(lease)s), attempts = attempts + 1, "
+            "started_at = coalesce(started_at, now()) "
+            f"WHERE id = %(job)s AND state = 'QUEUED' AND NOT cancel_requested AND {_NO_WAIT_FOR_DISK} RETURNING *",
+            "'RUNNING'", "'started (attempt ' || j.attempts || CASE WHEN j.checkpoint_key IS NULL THEN '' "
+            "ELSE ', resuming from checkpoint' END || ')'"),
+            {"owner": owner, "lease": lease_seconds, "job": job_id})
+
+    def _alone(self, sql: str, params: dict) -> dict | None:
+        """One statement in its own transaction (autocommit: a single round trip, no BEGIN or COMMIT); the row it
+        changed, or None."""
         with self.pool.connection() as conn:
-            # one statement in its own transaction: a single round trip; and committed without waiting for the disk
-            # (_without_waiting_for_disk, inside the statement)
             conn.autocommit = True
             try:
-                job = _row(conn.execute(with_event(
-                    "UPDATE jobs SET state = 'RUNNING', lease_owner = %(owner)s, "
-                    "lease_expires_at = now() + make_interval(secs => %(lease)s), attempts = attempts + 1, "
-                    "started_at = coalesce(started_at, now()) "
-                    "WHERE id = %(job)s AND state = 'QUEUED' AND NOT cancel_requested "
-                    f"AND {_NO_WAIT_FOR_DISK} RETURNING *", "'RUNNING'",
-                    "'started (attempt ' || j.attempts || CASE WHEN j.checkpoint_key IS NULL THEN '' "
-                    "ELSE ', resuming from checkpoint' END || ')'"),
-                    {"owner": owner, "lease": lease_seconds, "job": job_id}))
+                return _row(conn.execute(sql, params))
             finally:
                 conn.autocommit = False
-        return job
 
     def renew(self, job_id: str, owner: str, lease_seconds: float) -> bool | None:
         """Extend the lease: cancel_requested, or None when this owner lost the job."""
-        with self.pool.connection() as conn:
-            _without_waiting_for_disk(conn)
-            row = conn.execute(
-                "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %s) "
-                "WHERE id = %s AND lease_owner = %s AND state = 'RUNNING' RETURNING cancel_requested",
-                (lease_seconds, job_id, owner)).fetchone()
+        row = self._alone("UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s) "
+                          "WHERE id = %(job)s AND lease_owner = %(owner)s AND state = 'RUNNING' "
+                          f"AND {_NO_WAIT_FOR_DISK} RETURNING cancel_requested",
+                          {"lease": lease_seconds, "job": job_id, "owner": owner})
         return None if row is None else bool(row["cancel_requested"])
 
     @staticmethod
@@ -369,13 +363,16 @@ class JobStore:
 
     def progress(self, job_id: str, owner: str, fraction: float, message: str = "",
                  metrics: dict[str, float] | None = None) -> bool:
-        """Record progress (an event, NOTIFY); returns cancel_requested."""
-        with self.owned(job_id, owner) as (conn, row):
-            _without_waiting_for_disk(conn)
-            conn.execute(with_event("UPDATE jobs SET progress = %(progress)s, message = %(message)s WHERE id = %(job)s "
-                                    "RETURNING *", "'RUNNING'", "j.message", metrics="%(metrics)s"),
-                         {"progress": fraction, "message": message, "job": job_id, "metrics": Jsonb(metrics or {})})
-            return bool(row["cancel_requested"])
+        """Record progress (an event, NOTIFY); returns cancel_requested, or raises LeaseLost. The ownership check is
+        the UPDATE's condition (the row lock is the UPDATE's own), so it is one statement."""
+        row = self._alone(with_event(
+            "UPDATE jobs SET progress = %(progress)s, message = %(message)s WHERE id = %(job)s "
+            f"AND lease_owner = %(owner)s AND state = 'RUNNING' AND {_NO_WAIT_FOR_DISK} RETURNING *", "'RUNNING'",
+            "j.message", metrics="%(metrics)s"),
+            {"progress": fraction, "message": message, "job": job_id, "owner": owner, "metrics": Jsonb(metrics or {})})
+        if row is None:
+            raise LeaseLost(job_id)
+        return bool(row["cancel_requested"])
 
     def set_checkpoint(self, job_id: str, owner: str, key: str, sha256: str) -> None:
         with self.owned(job_id, owner) as (conn, _):
