@@ -128,9 +128,13 @@ def to_status(exc: BaseException, request_id: str) -> grpc.Status:
 
 
 # ---------------------------------------------------------------- interceptors
+# a request id is a correlation key, not a secret: 128 random bits from a fast generator of the server's own (the
+# global one is the embedding program's: a server in its process must not move its seeded state)
+_request_ids = random.Random()
+
+
 def _request_id_of(metadata: dict) -> str:
-    # a request id is a correlation key, not a secret: 128 random bits from the fast generator
-    return (metadata.get("x-request-id") or f"{random.getrandbits(128):032x}")[:64]
+    return (metadata.get("x-request-id") or f"{_request_ids.getrandbits(128):032x}")[:64]
 
 
 class Interceptor(grpc.aio.ServerInterceptor):
