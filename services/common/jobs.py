@@ -101,6 +101,9 @@ def _row(cursor) -> dict | None:
 # a client holds the job's id, and the broker's message is acknowledged only after finish. (A durable commit cost
 # 0.4-2 ms on the 2-core reference machine, with its disk's load; benchmarks/platform/RESULTS.md.)
 _NO_WAIT_FOR_DISK = "set_config('synchronous_commit', 'off', true) = 'off'"
+# The rows a run may write to: its job's, while it still holds the lease (named parameters job, owner). As the
+# condition of a single UPDATE it is the ownership check and the row lock in one statement.
+_OWNED = "id = %(job)s AND lease_owner = %(owner)s AND state = 'RUNNING'"
 
 
 class LeaseLost(Exception):
@@ -341,16 +344,15 @@ class JobStore:
     def renew(self, job_id: str, owner: str, lease_seconds: float) -> bool | None:
         """Extend the lease: cancel_requested, or None when this owner lost the job."""
         row = self._alone("UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s) "
-                          "WHERE id = %(job)s AND lease_owner = %(owner)s AND state = 'RUNNING' "
-                          f"AND {_NO_WAIT_FOR_DISK} RETURNING cancel_requested",
+                          f"WHERE {_OWNED} AND {_NO_WAIT_FOR_DISK} RETURNING cancel_requested",
                           {"lease": lease_seconds, "job": job_id, "owner": owner})
         return None if row is None else bool(row["cancel_requested"])
 
     @staticmethod
     def lock_owned(conn: Connection, job_id: str, owner: str) -> dict:
         """Lock the job row (until the transaction ends) and check `owner` still runs it; else LeaseLost."""
-        row = conn.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
-        if row is None or row["lease_owner"] != owner or row["state"] != "RUNNING":
+        row = conn.execute(f"SELECT * FROM jobs WHERE {_OWNED} FOR UPDATE", {"job": job_id, "owner": owner}).fetchone()
+        if row is None:
             raise LeaseLost(job_id)
         return row
 
@@ -363,21 +365,23 @@ class JobStore:
 
     def progress(self, job_id: str, owner: str, fraction: float, message: str = "",
                  metrics: dict[str, float] | None = None) -> bool:
-        """Record progress (an event, NOTIFY); returns cancel_requested, or raises LeaseLost. The ownership check is
-        the UPDATE's condition (the row lock is the UPDATE's own), so it is one statement."""
-        row = self._alone(with_event(
-            "UPDATE jobs SET progress = %(progress)s, message = %(message)s WHERE id = %(job)s "
-            f"AND lease_owner = %(owner)s AND state = 'RUNNING' AND {_NO_WAIT_FOR_DISK} RETURNING *", "'RUNNING'",
-            "j.message", metrics="%(metrics)s"),
-            {"progress": fraction, "message": message, "job": job_id, "owner": owner, "metrics": Jsonb(metrics or {})})
-        if row is None:
-            raise LeaseLost(job_id)
+        """Record progress (an event, NOTIFY); returns cancel_requested, or raises LeaseLost."""
+        row = self._owned_alone(job_id, with_event(
+            f"UPDATE jobs SET progress = %(progress)s, message = %(message)s WHERE {_OWNED} AND {_NO_WAIT_FOR_DISK} "
+            "RETURNING *", "'RUNNING'", "j.message", metrics="%(metrics)s"),
+            {"progress": fraction, "message": message, "owner": owner, "metrics": Jsonb(metrics or {})})
         return bool(row["cancel_requested"])
 
+    def _owned_alone(self, job_id: str, sql: str, params: dict) -> dict:
+        """A single UPDATE of a run's own job row (its condition includes _OWNED); LeaseLost if the run lost it."""
+        row = self._alone(sql, {**params, "job": job_id})
+        if row is None:
+            raise LeaseLost(job_id)
+        return row
+
     def set_checkpoint(self, job_id: str, owner: str, key: str, sha256: str) -> None:
-        with self.owned(job_id, owner) as (conn, _):
-            conn.execute("UPDATE jobs SET checkpoint_key = %s, checkpoint_sha256 = %s WHERE id = %s",
-                         (key, sha256, job_id))
+        self._owned_alone(job_id, f"UPDATE jobs SET checkpoint_key = %(key)s, checkpoint_sha256 = %(sha)s WHERE {_OWNED} "
+                          "RETURNING id", {"key": key, "sha": sha256, "owner": owner})
 
     def checkpoint(self, job_id: str) -> tuple[str, str] | None:
         """(object key, sha256) of the job's last checkpoint, or None."""
@@ -414,12 +418,11 @@ class JobStore:
         """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint).
         `waiting`: the job waits for its child jobs; that run does not count as an attempt (attempts is what
         max_attempts bounds), so a parent may wait any number of times."""
-        with self.owned(job_id, owner) as (conn, _):
-            conn.execute(with_event(
-                "UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(), "
-                "attempts = attempts - %(waiting)s WHERE id = %(job)s RETURNING *", "'QUEUED'", "%(message)s",
-                progress="%(progress)s"),
-                {"waiting": int(waiting), "job": job_id, "message": message, "progress": progress})
+        self._owned_alone(job_id, with_event(
+            "UPDATE jobs SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(), "
+            f"attempts = attempts - %(waiting)s WHERE {_OWNED} RETURNING *", "'QUEUED'", "%(message)s",
+            progress="%(progress)s"),
+            {"waiting": int(waiting), "owner": owner, "message": message, "progress": progress})
 
     def cancel_unstarted(self, job_id: str) -> bool:
         """A delivery that could not claim the job: if it is QUEUED with a cancellation requested, it ends
