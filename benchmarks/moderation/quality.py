@@ -1,7 +1,8 @@
 """Guard, fine-tuned guard and distilled student on the held-out (validation) split of the packaged seed set, at
 the decision defaults each one chooses on that split; and the policy scorer on rules it never saw.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/moderation/quality.py [--finetune [--layers 6] [--epochs 4]] [--quick] [--splits 20]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/moderation/quality.py [--finetune [--layers 6] [--epochs 4]]
+        [--quick] [--splits 20]
 
 The validation split holds out whole scenarios, templates, look-alikes and pair replies (make_seed.py), so the
 numbers say something about new text -- but it is written by the same hand as training: a sanity check, not a
@@ -196,9 +197,10 @@ def policy_section(enc, train, val) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--finetune", action="store_true", help="also train kind=finetune (slow on CPU)")
+    ap.add_argument("--finetune", action="store_true", help="also train kind=finetune (about 5 min on a CPU)")
     ap.add_argument("--epochs", type=int, default=4, help="finetune: epochs (the job's default)")
-    ap.add_argument("--layers", type=int, default=6, help="finetune: top encoder layers trained (MiniLM has 6; the job's default)")
+    ap.add_argument("--layers", type=int, default=6,
+                    help="finetune: top encoder layers trained (MiniLM has 6; the job's default)")
     ap.add_argument("--lr", type=float, default=3e-5, help="finetune: encoder learning rate")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--target", type=float, default=0.05, help="benign false-block rate the defaults aim at")
@@ -235,8 +237,8 @@ def main() -> None:
         ft = tr.to_model(base_config("finetune", enc, l2))
         pred_f = ft.predict_from_features(ft.features([r.text for r in val], [r.role for r in val],
                                                       [r.prompt for r in val]))
-        report(f"guard finetune top-{args.layers} lr {args.lr:g} {args.epochs} epochs ({time.perf_counter() - t0:.0f}s)", pred_f, val,
-               args.target, args.splits)
+        report(f"guard finetune top-{args.layers} lr {args.lr:g} {args.epochs} epochs "
+               f"({time.perf_counter() - t0:.0f}s)", pred_f, val, args.target, args.splits)
         print(pair_check(ft))
     # the HarmAug student of the frozen guard (teacher labels on train + template-augmented texts)
     t0 = time.perf_counter()
