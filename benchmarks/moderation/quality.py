@@ -36,6 +36,7 @@ from services.moderation.encoder import get_base_encoder
 from services.moderation.guard import FinetuneTrainer, GuardModel, Targets, base_config, fit_frozen_linear
 from services.moderation.jobs.train_guard import example_features
 from services.moderation.metrics import average_precision, f1_score
+from services.moderation.params import GuardTrainParams
 from services.moderation.policies import pair_features, rubric_rules, rule_label, train_policy_scorer, with_context
 from services.moderation.schema import load_seed_dataset
 from services.moderation.taxonomy import TOPIC_INDEX, TOPICS
@@ -198,10 +199,11 @@ def policy_section(enc, train, val) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--finetune", action="store_true", help="also train kind=finetune (about 5 min on a CPU)")
-    ap.add_argument("--epochs", type=int, default=4, help="finetune: epochs (the job's default)")
-    ap.add_argument("--layers", type=int, default=6,
-                    help="finetune: top encoder layers trained (MiniLM has 6; the job's default)")
-    ap.add_argument("--lr", type=float, default=3e-5, help="finetune: encoder learning rate")
+    job = GuardTrainParams.model_fields  # the fine-tune job's defaults, so the benchmark measures what it trains
+    ap.add_argument("--epochs", type=int, default=job["epochs"].default, help="finetune: epochs")
+    ap.add_argument("--layers", type=int, default=job["trainable_layers"].default,
+                    help="finetune: top encoder layers trained (MiniLM has 6)")
+    ap.add_argument("--lr", type=float, default=job["lr"].default, help="finetune: encoder learning rate")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--target", type=float, default=0.05, help="benign false-block rate the defaults aim at")
     ap.add_argument("--quick", action="store_true", help="smaller student, no policy section")
