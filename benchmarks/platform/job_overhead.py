@@ -4,7 +4,11 @@ message, claim with lease, events, finish) vs a bare Celery task round trip, sam
 NOTIFY, as WatchJob learns it), against apply_async .. get for the bare task. "->RUNNING" is from the row's
 timestamps (created_at .. started_at).
 
-    .venv/bin/python benchmarks/platform/job_overhead.py [--jobs 200]
+Both workers run for the whole measurement and the two paths alternate, one job each at a time for latency and
+one burst each at a time for throughput, so a shared machine's changing load falls on both alike: the ratios are
+of paired measurements. Submits check a job quota, as a deployment's services do (Settings.jobs).
+
+    .venv/bin/python benchmarks/platform/job_overhead.py [--jobs 200] [--latency-jobs 200] [--bursts 3]
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -31,7 +36,27 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def spine(args, tmp: Path) -> dict:
+@contextmanager
+def bare_worker(tmp: Path):
+    """A bare Celery worker (benchmarks/platform/bare_celery.py) on its own Redis database; yields its task."""
+    broker = f"{harness.REDIS_URL}/13"
+    env = {**os.environ, "BENCH_BROKER": broker, "PYTHONPATH": str(ROOT)}
+    log = open(tmp / "bare.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchmarks.platform.bare_celery", "worker",
+                             "--concurrency=1", "--pool=prefork", "--without-gossip", "--without-mingle",
+                             "--without-heartbeat", "--loglevel=WARNING"], env=env, stdout=log, stderr=log,
+                            start_new_session=True)
+    try:
+        os.environ["BENCH_BROKER"] = broker
+        from benchmarks.platform.bare_celery import bare_noop
+        bare_noop.apply_async().get(timeout=120)  # the worker is up
+        yield bare_noop
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+def measure(args, tmp: Path) -> dict:
     from services.common import db
     from services.common.jobs import EVENTS_CHANNEL, JobQuota, JobStore
     from services.common.queue import make_celery
@@ -40,8 +65,13 @@ def spine(args, tmp: Path) -> dict:
     db_url = harness.create_database()
     db.migrate(Settings(database_url=db_url))
     broker = f"{harness.REDIS_URL}/14"
-    with harness.weed_server(tmp / "weed") as weed:
+    with harness.weed_server(tmp / "weed") as weed, bare_worker(tmp) as bare_noop:
         settings = harness.make_settings(db_url, weed.endpoint, broker, f"bench-{uuid.uuid4().hex[:6]}")
+        # a job quota as deployed (the tests' settings turn it off), raised to let a whole burst in: the check
+        # costs the same whatever the limit
+        defaults = Settings().jobs
+        settings.jobs.max_active_per_tenant = max(defaults.max_active_per_tenant, args.jobs + 1)
+        settings.jobs.max_active_per_tenant_kind = max(defaults.max_active_per_tenant_kind, args.jobs + 1)
         settings.extra_services = ["benchmarks.platform.noop_kind:SPEC"]
         from services import catalog
 
@@ -55,30 +85,41 @@ def spine(args, tmp: Path) -> dict:
             warm = store.submit(tenant, "bench.noop", {})  # the worker is up and warm
             harness.wait_for(lambda: harness.job_row(settings, warm["id"])["state"] == "SUCCEEDED", 180, what="warm-up")
             # latency: one job at a time, from before submit until the client learns it SUCCEEDED, the way WatchJob
-            # does (a NOTIFY on the job's events, then its row), as the bare round trip below is apply_async .. get
-            ids, done, submitted = [], [], []
+            # does (a NOTIFY on the job's events, then its row), against the bare apply_async .. get; alternating
+            ids, praxon, bare, submitted = [], [], [], []
             with psycopg.connect(db.database_url(settings), autocommit=True) as listener:
                 listener.execute(f"LISTEN {EVENTS_CHANNEL}")
-                for _ in range(args.latency_jobs):
+                for i in range(2 * args.latency_jobs):
                     t0 = time.perf_counter()
-                    job_id = str(store.submit(tenant, "bench.noop", {})["id"])
-                    submitted.append(time.perf_counter() - t0)
-                    ids.append(job_id)
-                    while not _succeeded(listener, job_id):
-                        pass
-                    done.append(time.perf_counter() - t0)
-            # throughput: a burst
-            t0 = time.perf_counter()
-            burst = [store.submit(tenant, "bench.noop", {})["id"] for _ in range(args.jobs)]
-            harness.wait_for(lambda: _all_done(settings, burst), 600, interval=0.05, what="burst")
-            burst_s = time.perf_counter() - t0
+                    if i % 2 == 0:
+                        job_id = str(store.submit(tenant, "bench.noop", {})["id"])
+                        submitted.append(time.perf_counter() - t0)
+                        ids.append(job_id)
+                        while not _succeeded(listener, job_id):
+                            pass
+                        praxon.append(time.perf_counter() - t0)
+                    else:
+                        bare_noop.apply_async().get(timeout=60)
+                        bare.append(time.perf_counter() - t0)
+            # throughput: bursts, alternating
+            praxon_rates, bare_rates, burst_ids = [], [], []
+            for _ in range(args.bursts):
+                t0 = time.perf_counter()
+                burst = [store.submit(tenant, "bench.noop", {})["id"] for _ in range(args.jobs)]
+                harness.wait_for(lambda: _all_done(settings, burst), 600, interval=0.01, what="burst")  # noqa: B023
+                praxon_rates.append(args.jobs / (time.perf_counter() - t0))
+                burst_ids = burst
+                t0 = time.perf_counter()
+                for r in [bare_noop.apply_async() for _ in range(args.jobs)]:
+                    r.get(timeout=600)
+                bare_rates.append(args.jobs / (time.perf_counter() - t0))
             with db.connect(settings) as conn:
                 rows = conn.execute("SELECT extract(epoch FROM started_at - created_at) AS run FROM jobs "
                                     "WHERE id = ANY(%s)", (ids,)).fetchall()
                 # where a burst's time goes: inside run_job (claim .. finish) vs between two jobs (the worker
                 # acking, fetching the next message, the task's start)
                 spans = conn.execute("SELECT started_at, finished_at FROM jobs WHERE id = ANY(%s) "
-                                     "ORDER BY started_at", (burst,)).fetchall()
+                                     "ORDER BY started_at", (burst_ids,)).fetchall()
             trips = database_round_trips(settings, tenant, pool, quota)
             pool.close()
             durable_ms, async_ms = commit_cost_ms(db.database_url(settings))
@@ -87,12 +128,12 @@ def spine(args, tmp: Path) -> dict:
             harness.drop_database(db_url)
     run = [float(r["run"]) for r in rows]
     inside = [(r["finished_at"] - r["started_at"]).total_seconds() for r in spans]
-    between = [(b["started_at"] - a["finished_at"]).total_seconds() for a, b in zip(spans, spans[1:],
-                                                                                              strict=False)]
-    return {"trips": trips, "submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms, "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside), "between_ms": 1e3 * statistics.median(between),
-            "running_p50": statistics.median(run), "running_p99": pct(run, 0.99),
-            "done_p50": statistics.median(done), "done_p99": pct(done, 0.99), "jobs_per_s": args.jobs / burst_s}
-
+    between = [(b["started_at"] - a["finished_at"]).total_seconds() for a, b in zip(spans, spans[1:], strict=False)]
+    return {"trips": trips, "submit_ms": 1e3 * statistics.median(submitted), "durable_ms": durable_ms,
+            "async_ms": async_ms, "inside_ms": 1e3 * statistics.median(inside),
+            "between_ms": 1e3 * statistics.median(between), "running": run, "praxon": praxon, "bare": bare,
+            "pair_ratios": [p / b for p, b in zip(praxon, bare, strict=True)],
+            "praxon_rates": praxon_rates, "bare_rates": bare_rates}
 
 def database_round_trips(settings, tenant: str, pool, quota, n: int = 50) -> tuple[float, float]:
     """(submit, run_job) round trips to PostgreSQL per no-op job, counted in this process with run_job called
@@ -167,48 +208,23 @@ def _all_done(settings, ids) -> bool:
                             (ids,)).fetchone()["n"] == len(ids)
 
 
-def bare(args, tmp: Path) -> dict:
-    broker = f"{harness.REDIS_URL}/13"
-    env = {**os.environ, "BENCH_BROKER": broker, "PYTHONPATH": str(ROOT)}
-    log = open(tmp / "bare.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchmarks.platform.bare_celery", "worker",
-                             "--concurrency=1", "--pool=prefork", "--without-gossip", "--without-mingle",
-                             "--without-heartbeat", "--loglevel=WARNING"], env=env, stdout=log, stderr=log,
-                            start_new_session=True)
-    try:
-        os.environ["BENCH_BROKER"] = broker
-        from benchmarks.platform.bare_celery import bare_noop
-        bare_noop.apply_async().get(timeout=120)  # worker is up
-        lat = []
-        for _ in range(args.latency_jobs):
-            s = time.perf_counter()
-            bare_noop.apply_async().get(timeout=60)
-            lat.append(time.perf_counter() - s)
-        t0 = time.perf_counter()
-        results = [bare_noop.apply_async() for _ in range(args.jobs)]
-        for r in results:
-            r.get(timeout=600)
-        return {"done_p50": statistics.median(lat), "done_p99": pct(lat, 0.99),
-                "jobs_per_s": args.jobs / (time.perf_counter() - t0)}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200, help="burst size for throughput")
-    ap.add_argument("--latency-jobs", type=int, default=100, help="sequential jobs for latency")
+    ap.add_argument("--bursts", type=int, default=3, help="bursts of each path, alternating")
+    ap.add_argument("--latency-jobs", type=int, default=200, help="sequential jobs of each path for latency")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        s = spine(args, Path(d))
-        b = bare(args, Path(d))
-    print(f"\n{args.latency_jobs} sequential no-op jobs for latency, a burst of {args.jobs} for throughput; one worker")
+        s = measure(args, Path(d))
+    ms = 1e3
+    print(f"\n{args.latency_jobs} sequential no-op jobs of each path for latency, alternating; {args.bursts} bursts of "
+          f"{args.jobs} of each for throughput, alternating; one worker each")
     print(f"{'path':34} {'->RUNNING p50':>14} {'p99':>8} {'->done p50':>11} {'p99':>8} {'jobs/s':>8}")
-    print(f"{'praxon job (row+lease+events)':34} {s['running_p50'] * 1e3:12.1f}ms {s['running_p99'] * 1e3:6.1f}ms "
-          f"{s['done_p50'] * 1e3:9.1f}ms {s['done_p99'] * 1e3:6.1f}ms {s['jobs_per_s']:8.1f}")
-    print(f"{'bare Celery task round trip':34} {'-':>14} {'-':>8} {b['done_p50'] * 1e3:9.1f}ms "
-          f"{b['done_p99'] * 1e3:6.1f}ms {b['jobs_per_s']:8.1f}")
+    print(f"{'praxon job (row+lease+events)':34} {statistics.median(s['running']) * ms:12.1f}ms "
+          f"{pct(s['running'], 0.99) * ms:6.1f}ms {statistics.median(s['praxon']) * ms:9.1f}ms "
+          f"{pct(s['praxon'], 0.99) * ms:6.1f}ms {statistics.median(s['praxon_rates']):8.1f}")
+    print(f"{'bare Celery task round trip':34} {'-':>14} {'-':>8} {statistics.median(s['bare']) * ms:9.1f}ms "
+          f"{pct(s['bare'], 0.99) * ms:6.1f}ms {statistics.median(s['bare_rates']):8.1f}")
     print(f"database round trips per job: submit {s['trips'][0]:.1f}, run_job {s['trips'][1]:.1f}")
     print(f"latency, median: submit returns after {s['submit_ms']:.1f} ms (row committed, message sent)")
     print(f"burst, median per job: {s['inside_ms']:.1f} ms from claim to finish, {s['between_ms']:.1f} ms from one "
@@ -216,8 +232,10 @@ def main() -> None:
     print(f"a durable commit on this database costs {s['durable_ms']:.2f} ms (asynchronous: {s['async_ms']:.2f} ms); "
           f"a job makes two (submit, finish), {2 * (s['durable_ms'] - s['async_ms']):.1f} ms of waiting for the disk "
           "that the bare round trip does not do")
-    print(f"ratio praxon/bare: done p50 x{s['done_p50'] / b['done_p50']:.2f}, "
-          f"throughput x{s['jobs_per_s'] / b['jobs_per_s']:.2f}")
+    rate_ratios = [p / b for p, b in zip(s["praxon_rates"], s["bare_rates"], strict=True)]
+    print(f"ratio praxon/bare: done p50 x{statistics.median(s['praxon']) / statistics.median(s['bare']):.2f} "
+          f"(median of the paired ratios x{statistics.median(s['pair_ratios']):.2f}), throughput "
+          f"x{statistics.median(rate_ratios):.2f} (per burst pair: {', '.join(f'x{r:.2f}' for r in rate_ratios)})")
 
 
 if __name__ == "__main__":
