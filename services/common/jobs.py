@@ -104,6 +104,11 @@ _NO_WAIT_FOR_DISK = "set_config('synchronous_commit', 'off', true) = 'off'"
 # The rows a run may write to: its job's, while it still holds the lease (named parameters job, owner). As the
 # condition of a single UPDATE it is the ownership check and the row lock in one statement.
 _OWNED = "id = %(job)s AND lease_owner = %(owner)s AND state = 'RUNNING'"
+# A tenant's unfinished jobs, in all and of one kind, not counting a child's parent (named parameters tenant, kind,
+# parent); and the condition of a submit's INSERT that keeps them under the quota (per_tenant, per_kind; 0 = none).
+_UNFINISHED = ("SELECT count(*) AS total, count(*) FILTER (WHERE kind = %(kind)s) AS of_kind FROM jobs "
+               "WHERE tenant_id = %(tenant)s AND state IN ('QUEUED', 'RUNNING') AND id IS DISTINCT FROM %(parent)s")
+_UNDER_QUOTA = ("(%(per_tenant)s = 0 OR c.total < %(per_tenant)s) AND (%(per_kind)s = 0 OR c.of_kind < %(per_kind)s)")
 
 
 class LeaseLost(Exception):
@@ -149,53 +154,60 @@ class JobStore:
         if len(idempotency_key) > 200 or not idempotency_key.isprintable():
             raise InvalidArgument("idempotency_key", "at most 200 printable characters")
         queue = JOB_KINDS[kind].queue
-        with self.pool.connection() as conn:
-            if parent_job_id is not None:
-                parent = conn.execute("SELECT cancel_requested, state FROM jobs WHERE id = %s AND tenant_id = %s "
-                                      "FOR UPDATE", (parent_job_id, tenant_id)).fetchone()
-                if parent is None:
-                    raise NotFound(f"parent job {parent_job_id} not found")
-                if parent["cancel_requested"] or parent["state"] in TERMINAL:
-                    raise Cancelled("the parent job was cancelled or has ended: no new child jobs")
-            if self.quota.per_tenant or self.quota.per_kind:
-                self._check_quota(conn, tenant_id, kind, idempotency_key, parent_job_id)
-            row = _row(conn.execute(with_event(
-                "INSERT INTO jobs (tenant_id, kind, queue, state, params, idempotency_key, enqueued_at, "
-                "parent_job_id) VALUES (%(tenant)s, %(kind)s, %(queue)s, 'QUEUED', %(params)s, %(key)s, now(), "
-                "%(parent)s) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *", "'QUEUED'", "'queued'"),
-                {"tenant": tenant_id, "kind": kind, "queue": queue, "params": Jsonb(params),
-                 "key": idempotency_key or None, "parent": parent_job_id}))
-            if row is None:  # the key was used before: that job is the answer
-                existing = conn.execute("SELECT * FROM jobs WHERE tenant_id = %s AND idempotency_key = %s",
-                                        (tenant_id, idempotency_key)).fetchone()
-                if existing["kind"] != kind:
-                    raise InvalidArgument("idempotency_key", "already used for a job of another kind")
-                return existing
-            if in_transaction is not None:
-                in_transaction(conn, row)
+        q = self.quota
+        limited = bool(q.per_tenant or q.per_kind)
+        params = {"tenant": tenant_id, "kind": kind, "queue": queue, "params": Jsonb(params),
+                  "key": idempotency_key or None, "parent": parent_job_id, "per_tenant": q.per_tenant,
+                  "per_kind": q.per_kind}
+        # the quota is a condition of the INSERT itself (it inserts nothing over the limit), not a statement more
+        insert = with_event(
+            "INSERT INTO jobs (tenant_id, kind, queue, state, params, idempotency_key, enqueued_at, parent_job_id) "
+            "SELECT %(tenant)s::uuid, %(kind)s::text, %(queue)s::text, 'QUEUED', %(params)s::jsonb, %(key)s::text, "
+            "now(), %(parent)s::uuid " + (f"FROM ({_UNFINISHED}) c WHERE {_UNDER_QUOTA} " if limited else "")
+            + "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *", "'QUEUED'", "'queued'")
+        if parent_job_id is None and in_transaction is None and not limited:
+            # nothing to lock, serialise or write with it: the INSERT is its own transaction (one round trip
+            # instead of BEGIN, INSERT, COMMIT)
+            row = self._alone(insert, params)
+            if row is None:
+                with self.pool.connection() as conn:
+                    return self._refused(conn, kind, params)
+        else:
+            with self.pool.connection() as conn:
+                if parent_job_id is not None:
+                    parent = conn.execute("SELECT cancel_requested, state FROM jobs WHERE id = %s AND tenant_id = %s "
+                                          "FOR UPDATE", (parent_job_id, tenant_id)).fetchone()
+                    if parent is None:
+                        raise NotFound(f"parent job {parent_job_id} not found")
+                    if parent["cancel_requested"] or parent["state"] in TERMINAL:
+                        raise Cancelled("the parent job was cancelled or has ended: no new child jobs")
+                if limited:  # a tenant's submits take turns, so that the INSERT's count cannot overshoot
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", (str(tenant_id),))
+                row = _row(conn.execute(insert, params))
+                if row is None:
+                    return self._refused(conn, kind, params)
+                if in_transaction is not None:
+                    in_transaction(conn, row)
         self.enqueue(row["id"], queue)
         return row
 
-    def _check_quota(self, conn: Connection, tenant_id: str, kind: str, idempotency_key: str,
-                     parent_job_id: str | None = None) -> None:
-        """Inside the submitting transaction, serialised per tenant (an advisory lock), so concurrent submits
-        cannot overshoot. A known idempotency key passes: it returns the existing job. A child job's parent is not
-        counted: it holds no worker while it waits, and counting it could leave it waiting for ever."""
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", (str(tenant_id),))
-        if idempotency_key and conn.execute("SELECT 1 FROM jobs WHERE tenant_id = %s AND idempotency_key = %s",
-                                            (tenant_id, idempotency_key)).fetchone():
-            return
-        row = conn.execute("SELECT count(*) AS total, count(*) FILTER (WHERE kind = %s) AS of_kind FROM jobs "
-                           "WHERE tenant_id = %s AND state IN ('QUEUED', 'RUNNING') AND id IS DISTINCT FROM %s",
-                           (kind, tenant_id, parent_job_id)).fetchone()
-        q = self.quota
-        if q.per_tenant and row["total"] >= q.per_tenant:
-            raise ResourceExhausted(f"this tenant already has {row['total']} unfinished jobs (the limit is "
+    def _refused(self, conn: Connection, kind: str, params: dict) -> dict:
+        """Why submit's INSERT inserted nothing: its idempotency key was used before (that job is the answer, even
+        over quota), or the tenant is over its quota (ResourceExhausted). A child job's parent is not counted: it
+        holds no worker while it waits, and counting it could leave it waiting for ever."""
+        existing = conn.execute("SELECT * FROM jobs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s",
+                                params).fetchone()
+        if existing is not None:
+            if existing["kind"] != kind:
+                raise InvalidArgument("idempotency_key", "already used for a job of another kind")
+            return existing
+        counts, q = conn.execute(_UNFINISHED, params).fetchone(), self.quota
+        if q.per_tenant and counts["total"] >= q.per_tenant:
+            raise ResourceExhausted(f"this tenant already has {counts['total']} unfinished jobs (the limit is "
                                     f"{q.per_tenant}): wait for some to finish or cancel them",
                                     retry_after_s=q.retry_after_s, reason="JOB_QUOTA_EXCEEDED")
-        if q.per_kind and row["of_kind"] >= q.per_kind:
-            raise ResourceExhausted(f"this tenant already has {row['of_kind']} unfinished {kind} jobs (the limit is "
-                                    f"{q.per_kind})", retry_after_s=q.retry_after_s, reason="JOB_QUOTA_EXCEEDED")
+        raise ResourceExhausted(f"this tenant already has {counts['of_kind']} unfinished {kind} jobs (the limit is "
+                                f"{q.per_kind})", retry_after_s=q.retry_after_s, reason="JOB_QUOTA_EXCEEDED")
 
     def enqueue(self, job_id: str, queue: str, countdown: float = 0.0) -> None:
         """Send the job's task; `countdown` (seconds) delays its delivery (a job waiting for its children)."""

@@ -1,6 +1,8 @@
 """Per-tenant job quotas: over the limit (in all, or of one kind) -> RESOURCE_EXHAUSTED with RetryInfo; other
 tenants and known idempotency keys are unaffected; finished jobs free the quota. Nothing runs these jobs (no
 worker), so they stay QUEUED: exactly what a flood of submissions looks like."""
+import threading
+
 import pytest
 
 from services.common import db
@@ -37,3 +39,33 @@ def test_quotas_per_kind_and_per_tenant(store):
         jobs.submit(a, "platform.selftest", {"steps": 1})
     jobs.cancel(a, str(first[0]["id"]))  # a queued job cancelled is finished: it frees its slot
     jobs.submit(a, "platform.selftest", {"steps": 1})
+
+
+def test_concurrent_submits_never_overshoot_the_quota(store):
+    """The quota is a condition of the INSERT, serialised per tenant: many submits at once admit exactly the limit."""
+    settings, _ = store
+    tenant, _ = harness.token_for(settings, "quota-race")
+    pool = db.create_pool(settings, max_size=8)
+    jobs = JobStore(pool, make_celery(settings), JobQuota(per_tenant=5, per_kind=0))
+    admitted, refused, start = [], [], threading.Barrier(16)
+
+    def submit(i: int) -> None:
+        start.wait(30)
+        try:
+            admitted.append(jobs.submit(tenant, "test.counter", {"steps": 1}, idempotency_key=f"race{i}"))
+        except ResourceExhausted:
+            refused.append(i)
+    try:
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(admitted) == 5 and len(refused) == 11
+        with db.connect(settings) as conn:
+            assert conn.execute("SELECT count(*) AS n FROM jobs WHERE tenant_id = %s", (tenant,)).fetchone()["n"] == 5
+        # a refused key was not used up: once a slot is free, the same key is admitted
+        jobs.cancel(tenant, str(admitted[0]["id"]))
+        assert jobs.submit(tenant, "test.counter", {"steps": 1}, idempotency_key=f"race{refused[0]}")["state"] == "QUEUED"
+    finally:
+        pool.close()
