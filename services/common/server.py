@@ -168,14 +168,11 @@ class Interceptor(grpc.aio.ServerInterceptor):
         client_streaming = bool(handler.stream_unary or handler.stream_stream)
 
         async def enter(request, context) -> None:
-            """Before the servicer: id, decoding, token, limits (a client stream's messages are checked as read)."""
+            """Before the servicer: id, decoding, token, limits (a client stream's messages are checked as read).
+            The request id goes back to the client with an error (_abort), not with every answer: trailing metadata
+            on every answer cost about 10 µs, 4% of a trivial call (benchmarks/platform/RESULTS.md)."""
             metadata = dict(context.invocation_metadata() or ())
-            rid = _request_id_of(metadata)
-            _request_id.set(rid)
-            try:
-                context.set_trailing_metadata((("x-request-id", rid),))
-            except Exception:  # noqa: BLE001 - metadata is best effort
-                pass
+            _request_id.set(_request_id_of(metadata))
             if not client_streaming and isinstance(request, Undecodable):
                 raise request.error()
             if auth is not None:
@@ -204,12 +201,16 @@ class Interceptor(grpc.aio.ServerInterceptor):
                 try:
                     await enter(request, context)
                     if context.time_remaining() is None:  # no client deadline: the server's default
-                        try:  # asyncio.timeout, not wait_for: no extra task, and context variables stay in this one
-                            async with asyncio.timeout(limits.default_deadline_s):
-                                return await inner(*call_args(request, context))
-                        except TimeoutError:
+                        task = limits.deadlines.watch()
+                        try:
+                            return await inner(*call_args(request, context))
+                        except asyncio.CancelledError:
+                            if not limits.deadlines.expired(task):
+                                raise
                             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                                                 f"server deadline of {limits.default_deadline_s}s exceeded")
+                        finally:
+                            limits.deadlines.unwatch(task)
                     return await inner(*call_args(request, context))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
@@ -460,6 +461,47 @@ def _check_text(text: str, path: str) -> None:
         raise InvalidArgument(path or "request", "must not contain a NUL character", reason="NUL_CHARACTER")
 
 
+class Deadlines:
+    """The server's deadline for the calls that came without one: watch() the call's task, unwatch() it when it
+    ends. One sweeper task per event loop cancels the tasks past their deadline, checking ten times per deadline
+    (at most once a second), instead of a timer per call: asyncio.timeout cost about 6 µs a call, a few percent of
+    a trivial RPC (benchmarks/platform/RESULTS.md). A cancelled call is one expired() says was cancelled here; it
+    is then un-cancelled, so that the call can answer DEADLINE_EXCEEDED."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.every = seconds, min(1.0, seconds / 10)
+        self._due: dict[asyncio.Task, float] = {}
+        self._expired: set[asyncio.Task] = set()
+        self._sweeper: asyncio.Task | None = None
+
+    def watch(self) -> asyncio.Task:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        self._due[task] = loop.time() + self.seconds
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = loop.create_task(self._sweep())
+        return task
+
+    def unwatch(self, task: asyncio.Task) -> None:
+        self._due.pop(task, None)
+        self._expired.discard(task)
+
+    def expired(self, task: asyncio.Task) -> bool:
+        if task not in self._expired:
+            return False
+        task.uncancel()
+        return True
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._due:  # ends when no call is watched; the next watch() starts another
+            await asyncio.sleep(self.every)
+            now = loop.time()
+            for task, at in list(self._due.items()):
+                if at <= now and task not in self._expired:
+                    self._expired.add(task)
+                    task.cancel()
+
+
 class RequestLimits:
     """Deadlines, message size and content: a unary call without a client deadline gets the server default; a
     request larger than the configured limit is INVALID_ARGUMENT naming its largest field; every request message
@@ -467,6 +509,7 @@ class RequestLimits:
 
     def __init__(self, max_message_bytes: int, default_deadline_s: float):
         self.max_bytes, self.default_deadline_s = max_message_bytes, default_deadline_s
+        self.deadlines = Deadlines(default_deadline_s)
 
     def check(self, request: Any) -> None:
         if hasattr(request, "ByteSize"):

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.common.errors import InvalidArgument, Unavailable
-from services.common.server import create_server, shutdown
+from services.common.server import Deadlines, create_server, shutdown
 from tests.harness import PlatformServer, auth, rpc_error_details
 
 
@@ -119,3 +119,35 @@ def test_graceful_shutdown_finishes_in_flight_calls(settings, tenants):
     with pytest.raises(grpc.RpcError):
         call(channel, "Slow", b"0", metadata=auth(tenants["a"][1]), timeout=2)
     server.stop()
+
+
+def test_default_deadline_cancels_only_overdue_calls_and_tells_them_apart():
+    """Deadlines (the server default for calls without a client deadline): an overdue call is cancelled and
+    expired() says so (and un-cancels it so that it can answer); a call cancelled by someone else (its client) is
+    not reported as expired; a call that ends in time is never cancelled; the sweeper stops when nothing is watched."""
+    async def scenario():
+        deadlines = Deadlines(0.2)
+        outcomes = {}
+
+        async def call(name: str, seconds: float):
+            task = deadlines.watch()
+            try:
+                await asyncio.sleep(seconds)
+                outcomes[name] = "done"
+            except asyncio.CancelledError:
+                outcomes[name] = "deadline" if deadlines.expired(task) else "cancelled"
+                if outcomes[name] == "cancelled":
+                    raise
+                assert task.cancelling() == 0
+            finally:
+                deadlines.unwatch(task)
+
+        fast, slow = asyncio.create_task(call("fast", 0.01)), asyncio.create_task(call("slow", 5))
+        gone = asyncio.create_task(call("gone", 5))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        await asyncio.gather(fast, slow, gone, return_exceptions=True)
+        assert outcomes == {"fast": "done", "slow": "deadline", "gone": "cancelled"}
+        await asyncio.sleep(0.1)
+        assert deadlines._sweeper.done() and not deadlines._due and not deadlines._expired
+    asyncio.run(scenario())
