@@ -493,8 +493,10 @@ class Deadlines:
 
     async def _sweep(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._due:  # ends when no call is watched; the next watch() starts another
+        while True:
             await asyncio.sleep(self.every)
+            if not self._due:  # nothing watched for a while: the next watch() starts another sweeper
+                return
             now = loop.time()
             for task, at in list(self._due.items()):
                 if at <= now and task not in self._expired:
