@@ -89,18 +89,17 @@ def measure(args, tmp: Path) -> dict:
             ids, praxon, bare, submitted = [], [], [], []
             with psycopg.connect(db.database_url(settings), autocommit=True) as listener:
                 listener.execute(f"LISTEN {EVENTS_CHANNEL}")
-                for i in range(2 * args.latency_jobs):
+                for _ in range(args.latency_jobs):
                     t0 = time.perf_counter()
-                    if i % 2 == 0:
-                        job_id = str(store.submit(tenant, "bench.noop", {})["id"])
-                        submitted.append(time.perf_counter() - t0)
-                        ids.append(job_id)
-                        while not _succeeded(listener, job_id):
-                            pass
-                        praxon.append(time.perf_counter() - t0)
-                    else:
-                        bare_noop.apply_async().get(timeout=60)
-                        bare.append(time.perf_counter() - t0)
+                    job_id = str(store.submit(tenant, "bench.noop", {})["id"])
+                    submitted.append(time.perf_counter() - t0)
+                    ids.append(job_id)
+                    while not _succeeded(listener, job_id):
+                        pass
+                    praxon.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    bare_noop.apply_async().get(timeout=60)
+                    bare.append(time.perf_counter() - t0)
             # throughput: bursts, alternating
             praxon_rates, bare_rates, burst_ids = [], [], []
             for _ in range(args.bursts):
@@ -134,6 +133,7 @@ def measure(args, tmp: Path) -> dict:
             "between_ms": 1e3 * statistics.median(between), "running": run, "praxon": praxon, "bare": bare,
             "pair_ratios": [p / b for p, b in zip(praxon, bare, strict=True)],
             "praxon_rates": praxon_rates, "bare_rates": bare_rates}
+
 
 def database_round_trips(settings, tenant: str, pool, quota, n: int = 50) -> tuple[float, float]:
     """(submit, run_job) round trips to PostgreSQL per no-op job, counted in this process with run_job called

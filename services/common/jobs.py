@@ -108,7 +108,7 @@ _OWNED = "id = %(job)s AND lease_owner = %(owner)s AND state = 'RUNNING'"
 # parent); and the condition of a submit's INSERT that keeps them under the quota (per_tenant, per_kind; 0 = none).
 _UNFINISHED = ("SELECT count(*) AS total, count(*) FILTER (WHERE kind = %(kind)s) AS of_kind FROM jobs "
                "WHERE tenant_id = %(tenant)s AND state IN ('QUEUED', 'RUNNING') AND id IS DISTINCT FROM %(parent)s")
-_UNDER_QUOTA = ("(%(per_tenant)s = 0 OR c.total < %(per_tenant)s) AND (%(per_kind)s = 0 OR c.of_kind < %(per_kind)s)")
+_UNDER_QUOTA = "(%(per_tenant)s = 0 OR c.total < %(per_tenant)s) AND (%(per_kind)s = 0 OR c.of_kind < %(per_kind)s)"
 
 
 class LeaseLost(Exception):
