@@ -8,10 +8,11 @@ import threading
 from celery import Celery
 
 from services import catalog
+from services.common.errors import transient
 from services.common.queue import RUN_JOB_TASK, make_celery
 from services.common.settings import Settings
 from workers import runtime
-from workers.runner import TRANSIENT, run_job
+from workers.runner import run_job
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ class LeaseReaper(threading.Thread):
                     stale_queued_seconds=max(60.0, 10 * self.settings.jobs.lease_seconds))
                 if requeued:
                     log.warning("re-queued %d job(s) whose worker was lost: %s", len(requeued), requeued)
-            except TRANSIENT:
+            except Exception as exc:
+                if not transient(exc):
+                    raise
                 log.warning("lease reaper: database or broker unavailable", exc_info=True)
 
 

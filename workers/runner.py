@@ -15,26 +15,24 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
-from services.common.db import TRANSIENT_DB_ERRORS
-from services.common.errors import Cancelled, PraxonError, ResourceExhausted
+from services.common.errors import Cancelled, PraxonError, ResourceExhausted, transient
 from services.common.jobcontext import CHILD_POLL_SECONDS, ChildJobsPending, ModelVersionInfo
 from services.common.jobkinds import JOB_KINDS
 from services.common.spec import resolve
 from services.common.jobs import TERMINAL, LeaseLost
 from services.common.state import dumps_state, loads_state
-from services.common.store import TRANSIENT_STORE_ERRORS, retry
+from services.common.store import retry
 from workers.runtime import Runtime
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
-TRANSIENT = TRANSIENT_DB_ERRORS + TRANSIENT_STORE_ERRORS
-__all__ = ["TRANSIENT", "LeaseLost", "WorkerJobContext", "run_job"]  # LeaseLost re-exported from jobs
+__all__ = ["LeaseLost", "WorkerJobContext", "run_job"]  # LeaseLost re-exported from jobs
 
 
 def _db_retry(fn: Callable[[], Any], what: str) -> Any:
-    return retry(fn, what=what, transient=TRANSIENT, attempts=10, base_delay=0.25)
+    return retry(fn, what=what, transient=transient, attempts=10, base_delay=0.25)
 
 
 def resolve_target(kind: str) -> Callable[[Any], dict | None]:
@@ -213,10 +211,11 @@ class Heartbeats:
             for job_id, ctx, _ in due:  # outside the lock: a renewal waits on the database
                 try:
                     ctx.renew_lease()
-                except TRANSIENT:  # the database is away; the lease may lapse and the reaper decides
-                    log.warning("lease renewal failed for job %s", job_id, exc_info=True)
-                except Exception:  # a bug here must not stop the renewals of every other job
-                    log.exception("lease renewal crashed for job %s", job_id)
+                except Exception as exc:
+                    if transient(exc):  # the database is away; the lease may lapse and the reaper decides
+                        log.warning("lease renewal failed for job %s", job_id, exc_info=True)
+                    else:
+                        log.exception("lease renewal crashed for job %s", job_id)
                 if ctx.lease_lost:
                     self.unwatch(ctx)
             self._wake.wait(max(0.0, wait))
@@ -263,16 +262,17 @@ def run_job(rt: Runtime, job_id: str) -> str:
     except PraxonError as exc:
         _finish(rt, ctx, "FAILED", reason=exc.reason, message=exc.message)
         return "failed"
-    except TRANSIENT as exc:
-        if job["attempts"] < rt.settings.jobs.max_attempts:
-            log.warning("job %s: transient failure (%s); re-queued", job_id, exc)
-            why = f"transient failure ({type(exc).__name__}); will resume"
-            _db_retry(lambda: rt.jobs.release(job_id, owner, ctx.last_progress, why), "release job")
-            rt.jobs.enqueue(job_id, job["queue"])
-            return "requeued"
-        _finish(rt, ctx, "FAILED", reason="TRANSIENT_ERRORS_EXHAUSTED", message=str(exc))
-        return "failed"
-    except Exception as exc:  # noqa: BLE001 - a bug in the job: record it structured, traceback in the log
+    except Exception as exc:  # noqa: BLE001 - a transient failure re-queues; anything else is a bug in the job
+        if transient(exc):
+            if job["attempts"] < rt.settings.jobs.max_attempts:
+                log.warning("job %s: transient failure (%s); re-queued", job_id, exc)
+                why = f"transient failure ({type(exc).__name__}); will resume"
+                _db_retry(lambda: rt.jobs.release(job_id, owner, ctx.last_progress, why), "release job")
+                rt.jobs.enqueue(job_id, job["queue"])
+                return "requeued"
+            _finish(rt, ctx, "FAILED", reason="TRANSIENT_ERRORS_EXHAUSTED", message=str(exc))
+            return "failed"
+        # record it structured, the traceback in the log
         log.error("job %s crashed:\n%s", job_id, traceback.format_exc())
         _finish(rt, ctx, "FAILED", reason="INTERNAL", message=f"{type(exc).__name__}: {exc}")
         return "failed"

@@ -25,7 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from services.common import db
 from services.common.errors import (AlreadyExists, Cancelled, FailedPrecondition, InvalidArgument, NotFound,
-                                    PraxonError, ResourceExhausted, Unauthenticated, Unavailable)
+                                    PraxonError, ResourceExhausted, Unauthenticated, Unavailable, transient)
 from services.common.jobs import JobQuota, JobStore
 from services.common.registry import Registry
 from services.common.settings import Settings
@@ -89,16 +89,11 @@ def _pack(msg) -> any_pb2.Any:
 
 
 def _backing_service_down(exc: BaseException) -> bool:
-    """The database or the object store could not be reached or failed transiently: the caller should retry."""
+    """The database or the object store could not be reached, failed transiently or is full: the caller should
+    retry (later)."""
     from minio.error import S3Error
 
-    from services.common.db import TRANSIENT_DB_ERRORS
-    from services.common.store import TRANSIENT_STORE_ERRORS
-
-    if isinstance(exc, S3Error):
-        return exc.code in ("InternalError", "ServiceUnavailable", "SlowDown", "XMinioStorageFull",
-                            "XAmzContentSHA256Mismatch")
-    return isinstance(exc, TRANSIENT_DB_ERRORS + TRANSIENT_STORE_ERRORS)
+    return transient(exc) or (isinstance(exc, S3Error) and exc.code == "XMinioStorageFull")
 
 
 def to_status(exc: BaseException, request_id: str) -> grpc.Status:

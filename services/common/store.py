@@ -21,16 +21,25 @@ T = TypeVar("T")
 
 # Transport-level failures (server restarting, connection refused/reset) are retried; 4xx answers are not.
 TRANSIENT_STORE_ERRORS = (urllib3.exceptions.HTTPError, ServerError, ConnectionError, TimeoutError)
+# S3 errors a server answers while it starts up or sheds load (a SeaweedFS just restarted answers InternalError
+# for a moment); retried like a refused connection. A full disk is not: it does not clear in seconds.
+TRANSIENT_S3_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "XAmzContentSHA256Mismatch"})
+
+
+def store_error_is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, S3Error):
+        return exc.code in TRANSIENT_S3_CODES
+    return isinstance(exc, TRANSIENT_STORE_ERRORS)
 
 
 def retry(fn: Callable[[], T], *, what: str, attempts: int = 8, base_delay: float = 0.25,
-          transient: tuple[type[BaseException], ...] = TRANSIENT_STORE_ERRORS) -> T:
+          transient: Callable[[BaseException], bool] = store_error_is_transient) -> T:
     """Call fn, retrying transient errors with exponential backoff (capped at 5 s)."""
     for attempt in range(1, attempts + 1):
         try:
             return fn()
-        except transient as exc:
-            if attempt == attempts:
+        except Exception as exc:
+            if attempt == attempts or not transient(exc):
                 raise
             delay = min(5.0, base_delay * 2 ** (attempt - 1))
             log.warning("%s failed (%s: %s); retry %d/%d in %.2fs", what, type(exc).__name__, exc,

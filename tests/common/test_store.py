@@ -6,9 +6,11 @@ import threading
 import time
 
 import pytest
+import urllib3
+from minio.error import S3Error
 
-from services.common.errors import IntegrityError
-from services.common.store import ArtifactStore, blob_key
+from services.common.errors import IntegrityError, transient
+from services.common.store import ArtifactStore, blob_key, retry
 from tests import harness
 
 
@@ -63,3 +65,29 @@ def test_s3_restart_during_upload_is_retried(settings, tmp_path):
         weed.start()
         t.join(60)
         assert store.get_bytes(result["key"], result["digest"]) == b"survives a restart"
+
+
+def _s3_error(code: str) -> S3Error:
+    return S3Error(urllib3.HTTPResponse(status=500), code, "message", "/bucket/key", "rid", "hid")
+
+
+def test_s3_errors_of_a_server_starting_up_are_retried_and_others_are_not():
+    # A SeaweedFS just restarted answers InternalError for a moment: a job writing its result then must not fail.
+    answers = [_s3_error("InternalError"), _s3_error("ServiceUnavailable"), "stored"]
+
+    def put():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    assert retry(put, what="put", base_delay=0.01) == "stored"
+    assert transient(_s3_error("SlowDown")) and transient(ConnectionRefusedError())
+
+    calls = []
+
+    def denied():
+        calls.append(1)
+        raise _s3_error("AccessDenied")
+    with pytest.raises(S3Error):
+        retry(denied, what="put", base_delay=0.01)
+    assert len(calls) == 1 and not transient(_s3_error("AccessDenied")) and not transient(ValueError())
