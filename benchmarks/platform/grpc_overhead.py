@@ -4,7 +4,9 @@ real token, limits) vs the same handler on a bare grpc.aio server. Prints p50/p9
 Both servers run in this process; the client runs in a separate process (so its own cost does not count against
 the servers, and a 2-core machine gives each side a core). Rounds alternate between the servers; the ratio is the
 median of each round's praxon/bare ratio, which a shared machine's changing load moves much less than a ratio of
-medians.
+medians. The servers' CPU time per call (this process's CPU seconds over a round, divided by its calls) is printed
+too: on a CPU-bound server, throughput is one over it, and CPU time moves much less with the machine's other load
+than wall time does, so its ratio is the steadier estimate of the throughput cost.
 
     .venv/bin/python benchmarks/platform/grpc_overhead.py [--calls 2000] [--concurrency 16] [--rounds 5]
 """
@@ -124,13 +126,17 @@ async def main_async(args) -> None:
         bare_port = bare.add_insecure_port("127.0.0.1:0")
         await bare.start()
         runs: dict[str, list[dict]] = {}
+        calls_per_round = 50 + args.calls + (args.calls // args.concurrency) * args.concurrency
         loop = asyncio.get_running_loop()
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as client:
             for _ in range(args.rounds):  # interleaved, so a shared machine's load changes hit both alike
                 for name, port, md in [("bare grpc.aio", bare_port, None),
                                        ("praxon (all interceptors)", praxon_port, harness.auth(token))]:
-                    runs.setdefault(name, []).append(await loop.run_in_executor(
-                        client, measure_in_client, f"127.0.0.1:{port}", md, args.calls, args.concurrency))
+                    cpu0 = time.process_time()  # both servers live in this process and only one is called at a time
+                    r = await loop.run_in_executor(
+                        client, measure_in_client, f"127.0.0.1:{port}", md, args.calls, args.concurrency)
+                    r["server_cpu_us"] = 1e6 * (time.process_time() - cpu0) / calls_per_round
+                    runs.setdefault(name, []).append(r)
         cost = min([await interceptor_cost_us(app, token) for _ in range(3)])
         rows = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
         await shutdown(praxon_server, 0)
@@ -140,15 +146,19 @@ async def main_async(args) -> None:
         harness.drop_database(db_url)
     print(f"\ntrivial unary RPC, {args.calls} calls; concurrency {args.concurrency} for throughput; "
           f"median of {args.rounds} interleaved rounds")
-    print(f"{'server':28} {'p50 ms':>8} {'p99 ms':>8} {'calls/s (1)':>12} {'calls/s (c)':>12}")
+    print(f"{'server':28} {'p50 ms':>8} {'p99 ms':>8} {'calls/s (1)':>12} {'calls/s (c)':>12} {'server CPU µs/call':>19}")
     for name, r in rows.items():
-        print(f"{name:28} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['serial_rps']:12.0f} {r['concurrent_rps']:12.0f}")
+        print(f"{name:28} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['serial_rps']:12.0f} {r['concurrent_rps']:12.0f} "
+              f"{r['server_cpu_us']:19.1f}")
     paired = [{k: p[k] / b[k] for k in p} for p, b in zip(runs["praxon (all interceptors)"],
                                                                       runs["bare grpc.aio"], strict=True)]
     ratio = {k: statistics.median(r[k] for r in paired) for k in paired[0]}
     print(f"ratio praxon / bare (median of the rounds' ratios): p50 x{ratio['p50_ms']:.2f}, "
           f"p99 x{ratio['p99_ms']:.2f}, throughput x{ratio['concurrent_rps']:.2f} "
           f"(rounds: {', '.join(format(r['concurrent_rps'], '.2f') for r in paired)})")
+    cpu = [1 / p["server_cpu_us"] for p in paired]  # bare CPU per call / praxon CPU per call
+    print(f"server CPU per call, bare / praxon (the throughput ratio of a CPU-bound server): x{statistics.median(cpu):.2f} "
+          f"(rounds: {', '.join(format(c, '.2f') for c in cpu)})")
     bare_call_us = 1e6 / rows["bare grpc.aio"]["concurrent_rps"]
     print(f"the interceptor alone, in process (best of 3): {cost[0] - cost[1]:.1f} µs per call; a bare grpc.aio call "
           f"here costs {bare_call_us:.0f} µs (1 / its calls/s at concurrency {args.concurrency}), so its throughput "

@@ -68,6 +68,22 @@ def test_unknown_exception_is_internal_with_request_id_and_no_detail(probe, tena
     assert ("x-request-id", "req-123") in err.value.trailing_metadata()
 
 
+def test_a_call_without_a_request_id_gets_its_own(probe, tenants):
+    """No x-request-id from the client: the error names one made for the call (made only when asked for, so two
+    calls must still get two)."""
+    channel, _, _ = probe
+    ids = []
+    for _ in range(2):
+        with pytest.raises(grpc.RpcError) as err:
+            call(channel, "Bug", metadata=auth(tenants["a"][1]))
+        _, info, _, _ = rpc_error_details(err.value)
+        rid = info.metadata["request_id"]
+        assert len(rid) == 32 and int(rid, 16) >= 0 and rid in err.value.details()
+        assert ("x-request-id", rid) in err.value.trailing_metadata()
+        ids.append(rid)
+    assert ids[0] != ids[1]
+
+
 def test_project_errors_carry_details(probe, tenants):
     channel, _, _ = probe
     with pytest.raises(grpc.RpcError) as err:
@@ -149,5 +165,5 @@ def test_default_deadline_cancels_only_overdue_calls_and_tells_them_apart():
         await asyncio.gather(fast, slow, gone, return_exceptions=True)
         assert outcomes == {"fast": "done", "slow": "deadline", "gone": "cancelled"}
         await asyncio.sleep(0.1)
-        assert deadlines._sweeper.done() and not deadlines._due and not deadlines._expired
+        assert deadlines._sweeper is None and not deadlines._due and not deadlines._expired
     asyncio.run(scenario())
