@@ -37,7 +37,8 @@ from services.moderation.guard import FinetuneTrainer, GuardModel, Targets, base
 from services.moderation.jobs.train_guard import example_features
 from services.moderation.metrics import average_precision, f1_score
 from services.moderation.params import GuardTrainParams
-from services.moderation.policies import pair_features, rubric_rules, rule_label, train_policy_scorer, with_context
+from services.moderation.policies import (chunk_verdict_f1, choose_threshold, pair_features, rubric_rules,
+                                         train_policy_scorer, with_context)
 from services.moderation.schema import load_seed_dataset
 from services.moderation.taxonomy import TOPIC_INDEX, TOPICS
 
@@ -151,19 +152,6 @@ def pair_check(model) -> str:
             f"{b.unsafe_score:.3f} blocked={b.blocked}")
 
 
-def chunk_f1(scores: np.ndarray, rules, rows, thr: float) -> float:
-    """Verdict F1 per topic-chunk (blocked rules of the topic vs its allowed rules), macro over topics."""
-    f1s = []
-    for tp in sorted({t for t, _, _ in rules}):
-        b = [j for j, (t, k, _) in enumerate(rules) if t == tp and k == "blocked"]
-        a = [j for j, (t, k, _) in enumerate(rules) if t == tp and k == "allowed"]
-        best_b = scores[:, b].max(1)
-        best_a = scores[:, a].max(1) if a else np.full(len(rows), -np.inf)
-        f1s.append(f1_score((best_b >= thr) & (best_b > best_a), np.array([rule_label(e, tp, "blocked")
-                                                                             for e in rows])))
-    return float(np.mean(f1s))
-
-
 def embed_rows(enc, rows) -> np.ndarray:
     """Row embeddings as the policy check sees them: a response with a prompt mixed with the prompt's embedding."""
     emb = enc.embed([r.text for r in rows])
@@ -174,7 +162,8 @@ def embed_rows(enc, rows) -> np.ndarray:
 
 
 def policy_section(enc, train, val) -> None:
-    print("\npolicy scorer, verdict macro-F1 on validation rows (learned vs rule-agnostic cosine baseline):")
+    print("\npolicy scorer, verdict macro-F1 on validation rows (learned at its default threshold, chosen on train; "
+          "vs the rule-agnostic cosine baseline, its threshold chosen on train the same way):")
     s_tr, s_va = embed_rows(enc, train), embed_rows(enc, val)
     para = [(t, "blocked", f"{name}: {PARAPHRASED_BLOCKED[t]}") for t, k, name in
             [(t, "blocked", r.split(":")[0]) for t, k, r in rubric_rules() if k == "blocked"]]
@@ -190,10 +179,10 @@ def policy_section(enc, train, val) -> None:
         cos_va = pair_features(s_va, r_emb)[..., -1]
         fit_rules = rubric_rules(fit_topics)
         cos_tr = pair_features(s_tr, enc.embed([t for _, _, t in fit_rules]))[..., -1]
-        thr = max(np.quantile(cos_tr, np.linspace(0.5, 0.995, 60)),
-                  key=lambda q: chunk_f1(cos_tr, fit_rules, train, q))
-        print(f"  {label:<44} learned {chunk_f1(learned, rules, val, 0.5):.3f}   cosine "
-              f"{chunk_f1(cos_va, rules, val, thr):.3f}")
+        thr = choose_threshold(cos_tr, fit_rules, train)  # as the scorer's own default is chosen
+        print(f"  {label:<44} learned {chunk_verdict_f1(learned, rules, val, scorer.threshold):.3f} "
+              f"(at 0.5: {chunk_verdict_f1(learned, rules, val, 0.5):.3f})   cosine "
+              f"{chunk_verdict_f1(cos_va, rules, val, thr):.3f}")
 
 
 def main() -> None:

@@ -73,11 +73,12 @@ def role_of(value: int, field: str, default: str) -> str:
 
 
 
-def policy_threshold(value: float, field: str = "policy_threshold") -> float:
+def policy_threshold(value: float, field: str = "policy_threshold") -> float | None:
+    """None (the field left at 0): the policy scorer's own default, chosen on its training rows."""
     if value == 0:
-        return 0.5
+        return None
     if not 0.0 < value < 1.0:
-        raise InvalidArgument(field, "must be a probability strictly between 0 and 1 (0 for 0.5)")
+        raise InvalidArgument(field, "must be a probability strictly between 0 and 1 (0 for the scorer's default)")
     return float(value)
 
 

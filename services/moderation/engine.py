@@ -40,7 +40,7 @@ class Extras:
 
     policies: tuple[StoredPolicy, ...] = ()
     scorer: Loaded | None = None
-    policy_threshold: float = 0.5
+    policy_threshold: float | None = None  # None: the scorer's default
     calibration: Loaded | None = None
     group: str = ""
 
@@ -116,7 +116,7 @@ class ModerationEngine:
 
     # -- policies and calibrations
     async def extras(self, tenant: str, guard: Loaded, *, policy_ids: Sequence[str], scorer_key: RefKey,
-                     policy_threshold: float, calibration_key: RefKey | None, group: str, prefix: str = "",
+                     policy_threshold: float | None, calibration_key: RefKey | None, group: str, prefix: str = "",
                      ) -> Extras:
         policies, scorer, calib = [], None, None
         if policy_ids:

@@ -32,6 +32,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.moderation.decision import validate_text
 from services.moderation.encoder import EMBED_DIM, MiniLMEncoder
 from services.moderation.guard import newton_block_step
+from services.moderation.metrics import f1_score
 from services.moderation.schema import GuardExample
 from services.moderation.taxonomy import RUBRIC_RULES, TOPIC_NAMES, TOPICS
 from services.moderation.text import Span, split_sentences
@@ -155,6 +156,7 @@ class PolicyScorer:
     w: np.ndarray  # [SCORER_DIM]
     b: float
     l2: float = 1e-3
+    threshold: float = 0.5  # the default rule-match threshold, chosen on the training rows (choose_threshold)
 
     def score(self, s: np.ndarray, r: np.ndarray) -> np.ndarray:
         """P(sentence matches rule) [m, k]."""
@@ -163,14 +165,15 @@ class PolicyScorer:
 
     def to_registry(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return ({"scorer.w": torch.from_numpy(self.w.copy()), "scorer.b": torch.tensor([self.b], dtype=torch.float64)},
-                {"kind": "policy_scorer", "feature_spec": SCORER_FEATURE_SPEC, "l2": self.l2})
+                {"kind": "policy_scorer", "feature_spec": SCORER_FEATURE_SPEC, "l2": self.l2,
+                 "default_threshold": self.threshold})
 
     @classmethod
     def from_registry(cls, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> PolicyScorer:
         if config.get("feature_spec") != SCORER_FEATURE_SPEC or "scorer.w" not in tensors:
             raise FailedPrecondition("model is not a policy scorer of this version")
         return cls(tensors["scorer.w"].to(torch.float64).numpy().copy(), float(tensors["scorer.b"][0]),
-                   float(config.get("l2", 0.0)))
+                   float(config.get("l2", 0.0)), float(config.get("default_threshold", 0.5)))
 
 
 def rubric_rules(topics: Sequence[str] = TOPICS) -> list[tuple[str, str, str]]:
@@ -224,6 +227,30 @@ def fit_policy_scorer(X: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, max_ite
     return PolicyScorer(theta[:-1].copy(), float(theta[-1]), l2)
 
 
+def chunk_verdict_f1(scores: np.ndarray, rules: Sequence[tuple[str, str, str]], rows: Sequence[GuardExample],
+                     threshold: float) -> float:
+    """Macro-F1 over topics of the chunk verdict (a topic's [BLOCKED] rules vs its [ALLOWED] ones, decided as
+    _check_chunk decides) against the rows' labels; scores [rows, rules] of whole texts, rules as rubric_rules."""
+    f1s = []
+    for topic in sorted({t for t, _, _ in rules}):
+        b = [j for j, (t, k, _) in enumerate(rules) if t == topic and k == "blocked"]
+        a = [j for j, (t, k, _) in enumerate(rules) if t == topic and k == "allowed"]
+        best_b = scores[:, b].max(1)
+        best_a = scores[:, a].max(1) if a else np.full(len(rows), -np.inf)
+        f1s.append(f1_score((best_b >= threshold) & (best_b > best_a),
+                            np.array([rule_label(e, topic, "blocked") for e in rows])))
+    return float(np.mean(f1s))
+
+
+def choose_threshold(scores: np.ndarray, rules: Sequence[tuple[str, str, str]], rows: Sequence[GuardExample]
+                     ) -> float:
+    """The rule-match threshold with the best chunk-verdict macro-F1 on labeled rows, from a grid of the scores'
+    upper quantiles (the same procedure that tunes the rule-agnostic cosine baseline in the benchmark)."""
+    grid = np.quantile(scores, np.linspace(0.5, 0.995, 60))
+    best = max(grid, key=lambda q: chunk_verdict_f1(scores, rules, rows, float(q)))
+    return float(np.clip(best, 0.01, 0.99))
+
+
 def with_context(s_emb: np.ndarray, c_emb: np.ndarray) -> np.ndarray:
     """Sentence embeddings [m, 384] of a response mixed with its prompt's embedding [384]:
     normalize(s + CONTEXT_WEIGHT * c), float32 -- the same in training and in evaluate_policies."""
@@ -245,7 +272,10 @@ def train_policy_scorer(encoder: MiniLMEncoder, examples: Sequence[GuardExample]
             emb[i] = with_context(emb[i:i + 1], ctx[j])[0]
     rule_emb = encoder.embed([r for _, _, r in rules])
     X, y = scorer_training_pairs(examples, emb, rules, rule_emb, seed=seed)
-    return fit_policy_scorer(X, y, l2=l2)
+    scorer = fit_policy_scorer(X, y, l2=l2)
+    # The logistic fit weighs matches and non-matches equally, so 0.5 is not where verdicts are best.
+    scorer.threshold = choose_threshold(scorer.score(emb, rule_emb), rules, examples)
+    return scorer
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -296,11 +326,14 @@ def _check_chunk(policy_id: str, chunk: PolicyChunk, content: str, spans: list[S
 
 
 def evaluate_policies(content: str, policies: Sequence[Policy], scorer: PolicyScorer, encoder: MiniLMEncoder,
-                      *, threshold: float = 0.5, field: str = "content", context: str | None = None
+                      *, threshold: float | None = None, field: str = "content", context: str | None = None
                       ) -> list[ChunkVerdict]:
     """One verdict per chunk of every policy, in input order (multi-label). Each chunk is evaluated independently,
-    so verdicts are bit-identical under any permutation or extension of `policies`."""
+    so verdicts are bit-identical under any permutation or extension of `policies`. threshold None: the scorer's
+    default (chosen on its training rows)."""
     validate_text(content, field)
+    if threshold is None:
+        threshold = scorer.threshold
     if isinstance(threshold, bool) or not 0.0 < float(threshold) < 1.0:
         raise InvalidArgument("threshold", "must be a probability strictly between 0 and 1")
     spans = split_sentences(content)
