@@ -139,14 +139,13 @@ def to_status(exc: BaseException, request_id: str) -> grpc.Status:
 _request_ids = random.Random()
 
 
-
-
 class Interceptor(grpc.aio.ServerInterceptor):
     """Every concern around a servicer call, in this order: the request id (taken from x-request-id, or made when
-    first asked for; echoed in an error's trailing metadata), Prometheus metrics, errors (project errors -> their status with details,
-    anything else -> INTERNAL with the request id; request bytes that do not parse -> INVALID_ARGUMENT), the bearer
-    token (Authenticator; not for health and reflection) and the request limits (RequestLimits). They run in one
-    coroutine in the servicer's task, so context variables set here are visible to the servicer.
+    first asked for; echoed in an error's trailing metadata), Prometheus metrics, errors (project errors -> their
+    status with details, anything else -> INTERNAL with the request id; request bytes that do not parse ->
+    INVALID_ARGUMENT), the bearer token (Authenticator; not for health and reflection) and the request limits
+    (RequestLimits). They run in one coroutine in the servicer's task, so context variables set here are visible
+    to the servicer.
 
     One interceptor, not a chain of five: gRPC asks every interceptor for a new handler on every call; here each
     method's wrapped handler is built once (the registered handlers do not change after start)."""
