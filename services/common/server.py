@@ -560,10 +560,8 @@ class _Metrics:
         registry.register(self)
 
     def of_method(self, method: str) -> _MethodMetrics:
-        m = self._methods.get(method)
-        if m is None:
-            m = self._methods[method] = _MethodMetrics()
-        return m
+        """Once per method and server (setdefault: servers on two threads get the same numbers)."""
+        return self._methods.setdefault(method, _MethodMetrics())
 
     def describe(self):
         return [HistogramMetricFamily("praxon_grpc_server_handling_seconds", "RPC latency"),
