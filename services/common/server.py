@@ -547,6 +547,7 @@ class RequestLimits:
 
 
 _LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+_BUCKET_LABELS = [*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"]  # "le" of each count, the last past every bound
 
 
 class _Metrics:
@@ -579,9 +580,8 @@ class _Metrics:
                 flying, series = m.in_flight, [(code, list(c), total) for code, (c, total) in m.by_code.items()]
             in_flight.add_metric([method], flying)
             for code, counts, total in series:
-                cumulative = list(itertools.accumulate(counts))  # the last: every call, "+Inf"
-                bounds = [*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"]
-                latency.add_metric([method, code], list(zip(bounds, cumulative, strict=True)), total)
+                cumulative = list(itertools.accumulate(counts))
+                latency.add_metric([method, code], list(zip(_BUCKET_LABELS, cumulative, strict=True)), total)
                 if code != "OK":
                     errors.add_metric([method, code], cumulative[-1])
         return [latency, in_flight, errors]
