@@ -16,7 +16,9 @@ well under a second. Anything heavier is imported inside the function that needs
   with presigned=True a presigned PUT (CreateUpload, PUT, CompleteUpload) that never passes the bytes through gRPC.
 - `parse_model_ref` / `model_ref`: "name", "name:3", "name@alias" -> (name, version, alias) / common_pb2.ModelRef.
 - `watch` (a progress bar over WatchJob, reconnecting after the last event seen) and `wait_for_success` (watch, then
-  return the job if it SUCCEEDED, else exit with the job's structured error)."""
+  return the job if it SUCCEEDED, else exit with the job's structured error).
+- `once_loaded(call, ...)`: a call repeated while it answers UNAVAILABLE, for the first request to a model the server
+  is still loading (streaming calls included, which the channel does not retry)."""
 from __future__ import annotations
 
 import collections
@@ -220,6 +222,22 @@ def retrying_channel(address: str, *, budget_s: float = 60.0,
     credentials = credentials or tls_credentials_from_env()
     raw = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
     return grpc.intercept_channel(raw, _RetryInterceptor(budget_s))
+
+
+def once_loaded(call, *args, wait_s: float = 120.0, what: str = "the model", **kwargs):
+    """call(*args, **kwargs), repeated every half second while it fails UNAVAILABLE (the server loads a model on its
+    first request and asks the caller to retry shortly), for at most wait_s seconds; then the caller exits saying
+    that `what` did not load. Other errors are raised at once."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            if time.monotonic() >= give_up:
+                raise SystemExit(f"{what} did not load within {wait_s:g} s: {error_line(exc)}") from None
+        time.sleep(0.5)
 
 
 def new_idempotency_key() -> str:

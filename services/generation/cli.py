@@ -6,10 +6,9 @@ from __future__ import annotations
 import io
 import sys
 import tarfile
-import time
 from pathlib import Path
 
-from services.common.client import new_idempotency_key, upload, wait_for_success
+from services.common.client import new_idempotency_key, once_loaded, upload, wait_for_success
 
 # Sized for the demo on two CPU cores (a few minutes); benchmarks/generation/ trains the same recipe longer.
 DEMO_TRAIN = {"steps": 900, "batch_size": 16, "lr": 3e-3, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
@@ -95,19 +94,6 @@ def request(prompt: str, *, model=None, max_new_tokens: int = 32, temperature: f
     return req
 
 
-def _retrying(call, *args, **kw):
-    import grpc
-
-    for _ in range(120):  # the first request loads the model: UNAVAILABLE asks to retry shortly
-        try:
-            return call(*args, **kw)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-            time.sleep(0.5)
-    raise SystemExit("the model did not load in time")
-
-
 def complete(target, req, *, stream: bool = False, out=None):
     """Print a completion; returns (text, finish reason name, cache stats)."""
     from praxon.generation.v1 import generation_pb2 as pb
@@ -115,7 +101,7 @@ def complete(target, req, *, stream: bool = False, out=None):
     out = out or sys.stdout
     stub = _stub(target)
     if not stream:
-        resp = _retrying(stub.Generate, req, metadata=target.metadata)
+        resp = once_loaded(stub.Generate, req, metadata=target.metadata)
         out.write(resp.text + "\n")
         return resp.text, pb.FinishReason.Name(resp.finish_reason), resp.cache
     sreq = pb.GenerateStreamRequest(model=req.model, prompt=req.prompt, sampling=req.sampling,
@@ -134,7 +120,7 @@ def complete(target, req, *, stream: bool = False, out=None):
                 out.flush()
             last = msg
         return last
-    _retrying(run)
+    once_loaded(run)
     out.write("\n")
     return text, pb.FinishReason.Name(last.finish_reason), last.cache
 
@@ -228,7 +214,7 @@ def demo(target, train_params: dict | None = None, n_lookups: int = 10) -> None:
     for ex in examples:
         cells = []
         for policy, retention in (("none", 1.0), ("vl_cache", 0.1)):
-            resp = _retrying(_stub(target).Generate, request(ex.prompt, model=model, max_new_tokens=2,
+            resp = once_loaded(_stub(target).Generate, request(ex.prompt, model=model, max_new_tokens=2,
                                                              policy=policy, retention=retention),
                              metadata=target.metadata)
             got = (resp.text.split() or [""])[0]

@@ -231,13 +231,9 @@ DEMO_TEXTS = [
 
 def demo(target) -> None:
     """`praxon demo` step: train the guard from the seed set (frozen_linear), promote it to production, moderate."""
-    import time
-
-    import grpc
-
     from praxon.models.v1 import models_pb2, models_pb2_grpc
     from praxon.moderation.v1 import moderation_pb2 as pb
-    from services.common.client import new_idempotency_key, state_name, watch
+    from services.common.client import new_idempotency_key, once_loaded, state_name, watch
     from services.common.convert import from_struct
 
     stub = _stub(target)
@@ -257,16 +253,7 @@ def demo(target) -> None:
     print(f"alias production -> guard v{version}")
     batch = pb.ModerateBatchRequest(items=[pb.BatchItem(text=t, prompt=p, role=pb.ROLE_PROMPT if r == "prompt" else
                                                         pb.ROLE_RESPONSE) for r, t, p, _ in DEMO_TEXTS])
-    for _ in range(60):  # the first request loads the model; UNAVAILABLE asks to retry shortly
-        try:
-            resp = stub.ModerateBatch(batch, metadata=target.metadata)
-            break
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-            time.sleep(1.0)
-    else:
-        raise SystemExit("the guard model did not load in time")
+    resp = once_loaded(stub.ModerateBatch, batch, metadata=target.metadata, what="the guard model")
     print(f"moderated with {resp.model.name} v{resp.model.version} ({resp.model.kind}), default thresholds "
           f"(level 2; probability thresholds chosen on validation for <= 5% benign false blocks):")
     for (role, text, prompt, what), r in zip(DEMO_TEXTS, resp.results, strict=True):

@@ -297,12 +297,9 @@ def demo(target) -> None:
     """`praxon demo` step: import MovieLens-100k with the leave_one_out protocol, train SASRec-CE (demo-sized, see
     DEMO_TRAIN for why this model) and the popularity baseline, promote SASRec, score a new history (and an empty
     one), print both models' metrics side by side."""
-    import time
-
-    import grpc
-
     from praxon.models.v1 import models_pb2, models_pb2_grpc
     from praxon.recommendation.v1 import recommendation_pb2 as pb
+    from services.common.client import once_loaded
 
     dataset = import_dataset(target, builtin="ml-100k", protocol=DEMO_PROTOCOL)
     print(f"training SASRec-CE ({DEMO_TRAIN['epochs']} epochs, RecBole's 64-d 2-layer architecture, batch "
@@ -314,16 +311,7 @@ def demo(target) -> None:
     stub = _stub(target)
     for history in (DEMO_HISTORY, []):
         req = pb.RecommendRequest(history=pb.History(item_ids=history), k=5, exclude_seen=True)
-        for _ in range(60):  # the first request loads the model; UNAVAILABLE asks to retry shortly
-            try:
-                resp = stub.Recommend(req, metadata=target.metadata)
-                break
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                time.sleep(1.0)
-        else:
-            raise SystemExit("the recommender did not load in time")
+        resp = once_loaded(stub.Recommend, req, metadata=target.metadata, what="the recommender")
         print(f"history {history or '(empty)'} -> ", end="")
         print_recommendations(resp)
     reg = models_pb2_grpc.ModelRegistryServiceStub(target.channel())

@@ -174,6 +174,20 @@ def test_unavailable_without_retry_info_backs_off_a_few_times_then_fails():
     assert len(slept) == 4 and all(0 < s <= 2.0 for s in slept)
 
 
+def test_once_loaded_repeats_a_call_while_the_model_loads(probe_address, tenants):
+    md = harness.auth(tenants["a"][1])
+    ch = grpc.insecure_channel(probe_address)  # no retrying interceptor: once_loaded alone repeats the call
+    assert client.once_loaded(ch.unary_unary("/test.ClientProbe/Flaky"), bytes([2, 4]), metadata=md) == b"ok:3"
+    with pytest.raises(grpc.RpcError) as err:  # any other error at once
+        client.once_loaded(ch.unary_unary("/test.ClientProbe/Bad"), b"", metadata=md)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit, match="the probe did not load within 1 s: UNAVAILABLE"):
+        client.once_loaded(ch.unary_unary("/test.ClientProbe/LongWait"), b"", metadata=md, wait_s=1, what="the probe")
+    assert time.monotonic() - t0 < 10
+    ch.close()
+
+
 # ---------------------------------------------------------------------------------------------- uploads
 def _download(platform, token, artifact_id) -> bytes:
     stub = artifacts_pb2_grpc.ArtifactServiceStub(grpc.insecure_channel(platform.address))
