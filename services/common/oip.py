@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import grpc
 import numpy as np
+from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
@@ -42,6 +43,19 @@ class TensorSpec:
 
     def as_metadata(self) -> dict:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+class DeclaredModel(Model):
+    """A kserve Model whose model metadata is the tensor specs it declares in INPUTS and OUTPUTS."""
+
+    INPUTS: tuple[TensorSpec, ...] = ()
+    OUTPUTS: tuple[TensorSpec, ...] = ()
+
+    def get_input_types(self) -> list[dict]:
+        return [t.as_metadata() for t in self.INPUTS]
+
+    def get_output_types(self) -> list[dict]:
+        return [t.as_metadata() for t in self.OUTPUTS]
 
 
 def response(payload: InferRequest, **kwargs) -> InferResponse:

@@ -21,13 +21,11 @@ import uuid
 from typing import Any
 
 import numpy as np
-from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from services.common import oip
 from services.common.oip import TensorSpec
-
 from services.common.errors import InvalidArgument
 from services.common.serving import RefKey
 from services.moderation.decision import Item
@@ -53,7 +51,7 @@ def _strings(inp, name: str, n: int | None = None) -> list[str]:
     return out
 
 
-class GuardPredictor(Model):
+class GuardPredictor(oip.DeclaredModel):
     """Serves a model reference of one tenant through a ModerationEngine (engine.py)."""
 
     def __init__(self, name: str, engine: Any, tenant_id: str, key: RefKey):
@@ -95,12 +93,6 @@ class GuardPredictor(Model):
               TensorSpec("topic_scores", "FP64", (-1, N_TOPICS)),
               TensorSpec("severity", "INT32", (-1, N_TOPICS)),
               TensorSpec("blocked", "BOOL", (-1,)))
-
-    def get_input_types(self) -> list[dict]:
-        return [t.as_metadata() for t in self.INPUTS]
-
-    def get_output_types(self) -> list[dict]:
-        return [t.as_metadata() for t in self.OUTPUTS]
 
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:

@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import numpy as np
-from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
@@ -46,7 +45,7 @@ def _scalar(payload: InferRequest, name: str, datatypes: tuple[str, ...], defaul
     return arr[0].item()
 
 
-class RecommendationPredictor(Model):
+class RecommendationPredictor(oip.DeclaredModel):
     """Serves a recommendation model: a fixed version (`loaded`), or whatever `current()` (an async callable, e.g.
     a ModelCache lookup of name@alias) returns at each request. `loader()` -> Loaded runs in load()."""
 
@@ -117,12 +116,6 @@ class RecommendationPredictor(Model):
               TensorSpec("score", "FP32", (-1, -1)),
               TensorSpec("item_id", "BYTES", (-1, -1)),
               TensorSpec("fallback", "BOOL", (-1,)))
-
-    def get_input_types(self) -> list[dict]:
-        return [t.as_metadata() for t in self.INPUTS]
-
-    def get_output_types(self) -> list[dict]:
-        return [t.as_metadata() for t in self.OUTPUTS]
 
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:
