@@ -50,9 +50,11 @@ def train(args):
     # enough documents that no batch repeats one: with 5000 documents the model memorised them (training loss
     # below what the lookup allows, fresh prompts at chance)
     docs = min(200_000, args.train_steps * 32 + 2000)
-    p = TrainParams(steps=args.train_steps, builtin_tasks="records", builtin_retrieval_docs=docs, builtin_min_records=2, builtin_max_records=args.train_records,
-                    builtin_lookups=args.lookups, hidden_size=64, num_layers=2, num_heads=args.heads, batch_size=32, lr=args.lr,
-                    init_std=args.init_std, max_seq_len=128, warmup_steps=100, seed=args.train_seed,
+    p = TrainParams(steps=args.train_steps, builtin_tasks="records", builtin_retrieval_docs=docs,
+                    builtin_min_records=2, builtin_max_records=args.train_records, builtin_lookups=args.lookups,
+                    builtin_copy_docs=int(docs * args.copy_fraction), copy_warmup_steps=args.copy_warmup,
+                    hidden_size=64, num_layers=2, num_heads=args.heads, batch_size=32, lr=args.lr,
+                    init_std=args.init_std, max_seq_len=256, warmup_steps=100, seed=args.train_seed,
                     steps_per_checkpoint=10 ** 6)
     job = LanguageModelTraining(p)
     t = time.time()
@@ -68,11 +70,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
     ap.add_argument("--save")
-    ap.add_argument("--train-steps", type=int, default=8000)
-    ap.add_argument("--train-records", type=int, default=4, help="most records per training document")
-    ap.add_argument("--lookups", type=int, default=1, help="lookups per training document")
+    ap.add_argument("--train-steps", type=int, default=5000)
+    ap.add_argument("--train-records", type=int, default=16, help="most records per training document")
+    ap.add_argument("--lookups", type=int, default=4, help="lookups per training document")
+    ap.add_argument("--copy-fraction", type=float, default=0.3, help="copy documents, as a fraction of the records")
+    ap.add_argument("--copy-warmup", type=int, default=1500, help="first steps on copy documents alone")
     ap.add_argument("--heads", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--init-std", type=float, default=0.125, help="initial weight std (64 ** -0.5)")
     ap.add_argument("--train-seed", type=int, default=0)
     ap.add_argument("--records", type=int, default=24, help="records per retrieval prompt")

@@ -12,6 +12,11 @@ tasks whose answers are known.
   benchmarks/generation/kv_retrieval.py). Keys (64) and values (64) are words that the
   BPE tokenizer keeps whole. The prompt grows with the number of records, so KV-cache compression is tested on a
   task with one known right answer.
+- Copy documents (training only): a random sequence of key and value words, then the same sequence again: "copy :
+  kafo bam dus rimo ; again : kafo bam dus rimo ." Every word of the second copy is the word after the previous
+  occurrence of the word before it: the lookup's copying step (an induction head) with a target at every position
+  instead of one per lookup. Trained on first (TrainParams.copy_warmup_steps), they are what lets the tiny model
+  learn the lookup on a CPU within minutes (benchmarks/generation/RESULTS.md); without them no run learned it.
 - Passkey retrieval (the test of Mohtashami & Jaggi, "Landmark Attention", 2023): a five-digit pass key hidden at a
   random place in repeated filler sentences, asked for at the end: "passkey : the grass is green . ... the pass key
   is 40318 . ... what is the pass key ? 40318 ." Digits are one token each (training.train_tokenizer), so the key
@@ -129,6 +134,18 @@ def retrieval_document(rng: random.Random, n_records: int, lookups: int) -> str:
     return f"records : {body} ; {asks} ."
 
 
+def copy_document(rng: random.Random, min_words: int = 6, max_words: int = 20) -> str:
+    """A random sequence of key and value words followed by the same sequence (see the module docstring)."""
+    keys = [a + b for a in KEY_SYLLABLES for b in KEY_SYLLABLES]
+    words = [rng.choice(VALUE_WORDS) if rng.random() < 0.5 else rng.choice(keys)
+             for _ in range(rng.randint(min_words, max_words))]
+    return f"copy : {' '.join(words)} ; again : {' '.join(words)} ."
+
+
+def is_copy_document(doc: str) -> bool:
+    return doc.startswith("copy : ")
+
+
 # The filler of the original passkey test (its five sentences, cycled).
 FILLER = ["the grass is green .", "the sky is blue .", "the sun is yellow .", "here we go .",
           "there and back again ."]
@@ -188,13 +205,15 @@ def multidoc_set(seed: int, n: int, n_docs: int) -> list[Retrieval]:
 
 def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2, max_records: int = 12,
                    qa_repeats: int = 6, lookups: int = 3, n_passkey: int | None = None,
-                   n_multidoc: int | None = None) -> list[str]:
+                   n_multidoc: int | None = None, n_copy: int = 0) -> list[str]:
     """Training documents (one per list entry): facts, their QA pairs (ambiguous names with both answers across
     documents), retrieval documents with min_records..max_records records and up to `lookups` lookups, passkey
     documents with 1..max(1, max_records // 3) filler sentences and multi-document questions over
     2..max(2, max_records // 3) documents; n_passkey and n_multidoc default to n_retrieval // 20 each. Those two
     are kept short and rare because a training batch costs its longest document: at the demo's settings they are
-    ~40-55 tokens (record documents up to 38) and the demo's 900 steps see 13% more padded tokens than without."""
+    ~40-55 tokens (record documents up to 38) and the demo's 900 steps see 13% more padded tokens than without.
+    n_copy copy documents (default none) come from a generator of their own, so adding them changes no other
+    document."""
     rng = random.Random(seed)
     seen, _ = entities(seed)
     docs: list[str] = []
@@ -214,5 +233,7 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
     for _ in range(n_retrieval // 20 if n_multidoc is None else n_multidoc):
         ex = multidoc(lrng, lrng.randint(2, max(2, max_records // 3)), exclude)
         docs.append(f"{ex.prompt} {ex.answer} .")
+    crng = random.Random(50_000 + seed)
+    docs.extend(copy_document(crng) for _ in range(n_copy))
     rng.shuffle(docs)
     return docs

@@ -22,6 +22,10 @@ class TrainParams(JobParams):
     # "records": only the key-value record documents (no facts, passkey or multi-document text), so the whole
     # budget goes to the lookup (benchmarks/generation/kv_retrieval.py)
     builtin_tasks: Literal["all", "records"] = "all"
+    # copy documents in the built-in corpus, and how many first steps train on them alone: a curriculum that teaches
+    # the copying step of the lookup first (corpus.copy_document; benchmarks/generation/RESULTS.md)
+    builtin_copy_docs: int = Field(0, ge=0, le=200_000)
+    copy_warmup_steps: int = Field(0, ge=0, le=1_000_000)
     vocab_size: int = Field(512, ge=300, le=65_536)
     hidden_size: int = Field(64, ge=16, le=2048)
     num_layers: int = Field(2, ge=1, le=48)
@@ -45,6 +49,13 @@ class TrainParams(JobParams):
     def _records(cls, v: int, info: ValidationInfo) -> int:
         if v < info.data.get("builtin_min_records", 1):
             raise ValueError("must be >= builtin_min_records")
+        return v
+
+    @field_validator("copy_warmup_steps")
+    @classmethod
+    def _copy_warmup(cls, v: int, info: ValidationInfo) -> int:
+        if v and not info.data.get("builtin_copy_docs"):
+            raise ValueError("needs builtin_copy_docs > 0 (the warm-up trains on the copy documents alone)")
         return v
 
     @field_validator("num_heads")

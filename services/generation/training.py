@@ -4,7 +4,8 @@ cancellation, checkpoints and progress).
 
 Each document is one training sequence (truncated to max_seq_len, padded; padding is masked out of the loss), so
 a retrieval document's answer is always predicted from its own records. Batches are drawn with a generator seeded by
-(seed, step): a resumed run sees the same batches as an uninterrupted one. The learning rate follows linear warmup
+(seed, step): a resumed run sees the same batches as an uninterrupted one. With copy_warmup_steps, the first steps
+draw from the copy documents alone (a curriculum: corpus.copy_document). The learning rate follows linear warmup
 then cosine decay (AdamW). Validation perplexity = exp(mean token NLL over the held-out documents)."""
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ class LanguageModelTraining:
                                           min_records=p.builtin_min_records, max_records=p.builtin_max_records,
                                           lookups=p.builtin_lookups, qa_repeats=0 if only_records else 6,
                                           n_passkey=0 if only_records else None,
-                                          n_multidoc=0 if only_records else None)
+                                          n_multidoc=0 if only_records else None, n_copy=p.builtin_copy_docs)
             self.source = "builtin"
         rng = random.Random(p.seed)
         order = list(range(len(docs)))
@@ -121,6 +122,10 @@ class LanguageModelTraining:
                           (self.tokenizer(d)["input_ids"] + [eos] for d in self.train_docs)]
         self.val_ids = [ids[: p.max_seq_len] for ids in
                         (self.tokenizer(d)["input_ids"] + [eos] for d in self.val_docs)]
+        # the copy documents' places in train_ids: the first copy_warmup_steps batches are drawn from them alone
+        self.copy_idx = [i for i, d in enumerate(self.train_docs) if builtin.is_copy_document(d)]
+        if p.copy_warmup_steps and not self.copy_idx:
+            raise InvalidArgument("params.copy_warmup_steps", "the corpus has no copy documents to warm up on")
         self.losses: list[float] = []
         self.tokens_seen = 0
         self.started = time.monotonic()
@@ -147,7 +152,10 @@ class LanguageModelTraining:
 
     def step(self, i: int) -> dict[str, float]:
         g = torch.Generator().manual_seed(self.p.seed * 1_000_003 + i)
-        idx = torch.randint(len(self.train_ids), (self.p.batch_size,), generator=g).tolist()
+        if i < self.p.copy_warmup_steps:  # the curriculum's first phase: copy documents only
+            idx = [self.copy_idx[j] for j in torch.randint(len(self.copy_idx), (self.p.batch_size,), generator=g)]
+        else:
+            idx = torch.randint(len(self.train_ids), (self.p.batch_size,), generator=g).tolist()
         ids, mask, labels = self._batch([self.train_ids[j] for j in idx])
         for group in self.opt.param_groups:
             group["lr"] = self._lr(i)

@@ -3,6 +3,7 @@ pure functions of their seed, have exactly one right answer that only the contex
 training documents in the shape the evaluation prompts have."""
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -83,3 +84,16 @@ def test_passkey_digits_are_single_tokens(tokenizer):
     ex = corpus.passkey_set(0, 1, 3)[0]
     ids = tokenizer(f" {ex.answer}", add_special_tokens=False)["input_ids"]
     assert [tokenizer.decode([i]).strip() for i in ids if tokenizer.decode([i]).strip()] == list(ex.answer)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_copy_documents_repeat_their_words_and_change_no_other_document(seed):
+    rng = random.Random(seed)
+    for _ in range(20):
+        d = corpus.copy_document(rng)
+        first, second = re.fullmatch(r"copy : (.+) ; again : (.+) \.", d).groups()
+        assert first == second and 6 <= len(first.split()) <= 20 and corpus.is_copy_document(d)
+    base = corpus.builtin_corpus(seed, n_retrieval=50, qa_repeats=1)
+    more = corpus.builtin_corpus(seed, n_retrieval=50, qa_repeats=1, n_copy=30)
+    assert sum(map(corpus.is_copy_document, more)) == 30 and not any(map(corpus.is_copy_document, base))
+    assert sorted(d for d in more if not corpus.is_copy_document(d)) == sorted(base)

@@ -83,3 +83,26 @@ def test_the_records_only_builtin_corpus():
         run_training(InMemoryJobContext(params={"builtin_min_records": 6, "builtin_max_records": 5},
                                         kind="generation.train"))
     assert e.value.violations[0].field == "params.builtin_max_records"
+
+
+def test_the_copy_warm_up_trains_on_copy_documents_first():
+    """copy_warmup_steps: the first steps' batches hold copy documents only, later ones any document (drawn from
+    (seed, step) like every batch, so a resumed run sees the same); a warm-up without copy documents names its
+    field."""
+    from services.generation.params import TrainParams
+    from services.generation.training import LanguageModelTraining
+
+    job = LanguageModelTraining(TrainParams(**{**TINY, "builtin_tasks": "records", "builtin_copy_docs": 20,
+                                               "copy_warmup_steps": 3, "steps": 6}))
+    job.setup(InMemoryJobContext(params={}, kind="generation.train"))
+    assert len(job.copy_idx) == sum(map(corpus.is_copy_document, job.train_docs)) > 10
+    drawn = []
+    job._batch = lambda seqs: drawn.append(seqs) or LanguageModelTraining._batch(job, seqs)
+    for i in range(6):
+        job.step(i)
+    copies = {tuple(job.train_ids[i]) for i in job.copy_idx}
+    assert all(tuple(s) in copies for batch in drawn[:3] for s in batch)
+    assert any(tuple(s) not in copies for batch in drawn[3:] for s in batch)
+    with pytest.raises(InvalidArgument) as e:
+        run_training(InMemoryJobContext(params={"copy_warmup_steps": 5}, kind="generation.train"))
+    assert e.value.violations[0].field == "params.copy_warmup_steps"
