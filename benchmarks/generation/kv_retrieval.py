@@ -1,7 +1,7 @@
 """KV-cache compression on the built-in retrieval task: accuracy and KV bytes per request for none / vl_cache /
 h2o / streaming_llm at retention 5, 10, 25, 50, 100%, mean over seeds, and decode tokens/s at 10% vs full.
 
-    .venv/bin/python benchmarks/generation/kv_retrieval.py [--model DIR] [--train-steps 8000] [--records 24]
+    .venv/bin/python benchmarks/generation/kv_retrieval.py [--model DIR] [--save DIR] [--records 16] [--value-words 2]
 
 --model: a Hugging Face directory (e.g. one written by a previous run with --save); otherwise a tiny Llama is
 trained here first with the service's own training job on record documents only (TrainParams.builtin_tasks =
@@ -9,15 +9,15 @@ trained here first with the service's own training job on record documents only 
 presses) does not install beside transformers 5.24 (it pins transformers<5.3), so H2O and StreamingLLM are this
 repository's own implementations (services/generation/kvpolicy.py).
 
-Status (2026-12-02, shared 2-core CPU, benchmarks/generation/RESULTS.md): no model trained within ~10 CPU minutes
-has learned *which* value to copy. Eleven recipes were tried (record documents only; 2..3 up to 2..8 records; lr
-3e-3 to 1e-2; initial std 0.02 and 0.125; 2 or 4 heads; 5000 documents, then up to 200000 so none repeats); they
-learned to copy *a* value of the context, or (all keys looked up) to answer later lookups by elimination, but fresh
-prompts stay at or a few points above chance (the defaults here, run #11: 0.325 at 4 records, chance 0.25). A model at chance cannot separate the policies, so the
-issue's accuracy claim (VL-Cache >= StreamingLLM and H2O at 10%) is still unmeasured on a trained model; the
-selection property is tested on constructed attention in tests/generation/test_kvpolicy.py. Note also that 10%
-of a prompt must exceed the recent window (4 tokens per layer) for the policies to differ at all: at 24 records
-(~76 tokens) 10% is ~7-8 tokens per layer; at 6-8 records every policy keeps only the window."""
+Status (2026-12-04, shared 2-core CPU, benchmarks/generation/RESULTS.md): the tiny model learns the lookup once it
+is first trained on copy documents (TrainParams.builtin_copy_docs / copy_warmup_steps, a curriculum); without them
+no recipe did. The engine samples a request's first token from the prefill's own logits, before any compression, so
+a one-word value is answered alike under every policy: the task here uses two-word values (--value-words 2), whose
+second word is decoded through the compressed cache. On it (these defaults, 16 records) VL-Cache at 10% trails the
+full cache by far and H2O too, while it beats StreamingLLM: the issue's claim (VL-Cache >= both at 10%, within a
+few points of the full cache) is measured and not met on this task. The two-word recipe is fragile: with training
+seed 0, or with up to 16 records per training document, the model did not learn the lookup in 5000-8000 steps.
+"""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +53,7 @@ def train(args):
     p = TrainParams(steps=args.train_steps, builtin_tasks="records", builtin_retrieval_docs=docs,
                     builtin_min_records=2, builtin_max_records=args.train_records, builtin_lookups=args.lookups,
                     builtin_copy_docs=int(docs * args.copy_fraction), copy_warmup_steps=args.copy_warmup,
+                    builtin_value_words=args.value_words,
                     hidden_size=64, num_layers=2, num_heads=args.heads, batch_size=32, lr=args.lr,
                     init_std=args.init_std, max_seq_len=256, warmup_steps=100, seed=args.train_seed,
                     steps_per_checkpoint=10 ** 6)
@@ -70,16 +71,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
     ap.add_argument("--save")
-    ap.add_argument("--train-steps", type=int, default=5000)
-    ap.add_argument("--train-records", type=int, default=16, help="most records per training document")
+    ap.add_argument("--train-steps", type=int, default=6000)
+    ap.add_argument("--train-records", type=int, default=8, help="most records per training document")
     ap.add_argument("--lookups", type=int, default=4, help="lookups per training document")
     ap.add_argument("--copy-fraction", type=float, default=0.3, help="copy documents, as a fraction of the records")
     ap.add_argument("--copy-warmup", type=int, default=1500, help="first steps on copy documents alone")
+    ap.add_argument("--value-words", type=int, default=2, help="words per record value (the first comes from the "
+                    "prefill, the rest from the compressed cache)")
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--init-std", type=float, default=0.125, help="initial weight std (64 ** -0.5)")
-    ap.add_argument("--train-seed", type=int, default=0)
-    ap.add_argument("--records", type=int, default=24, help="records per retrieval prompt")
+    ap.add_argument("--train-seed", type=int, default=1, help="seed 0 did not learn two-word values (RESULTS.md)")
+    ap.add_argument("--records", type=int, default=16, help="records per retrieval prompt")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
@@ -93,8 +96,9 @@ def main() -> None:
     else:
         model, tok = train(args)
     engine = Engine(model, tok, max_running=64, max_queued=1024).start()
-    m = len(engine.encode(corpus.retrieval_set(0, 1, args.records)[0].prompt))
-    print(f"\nretrieval: {args.records} records (~{m} prompt tokens), {args.n} prompts x {args.seeds} seeds, window 4")
+    m = len(engine.encode(corpus.retrieval_set(0, 1, args.records, args.value_words)[0].prompt))
+    print(f"\nretrieval: {args.records} records of {args.value_words}-word values (~{m} prompt tokens), {args.n} "
+          f"prompts x {args.seeds} seeds, window 4; right = the whole value")
     print(f"{'policy':14}" + "".join(f"{f'{r:.0%}':>16}" for r in RETENTIONS))
     table = {}
     for policy in POLICIES:
@@ -103,7 +107,8 @@ def main() -> None:
             if policy == "none" and r < 1:
                 cells.append(f"{'-':>16}")
                 continue
-            scores = [retrieval_accuracy(engine, policy, r, seed=s, n=args.n, n_records=args.records)
+            scores = [retrieval_accuracy(engine, policy, r, seed=s, n=args.n, n_records=args.records,
+                                         value_words=args.value_words)
                       for s in range(args.seeds)]
             acc = statistics.mean(s.accuracy for s in scores)
             kb = statistics.mean(s.kept_bytes for s in scores) / 1024
@@ -115,7 +120,7 @@ def main() -> None:
         print("\naccuracy relative to the full cache at 10%: " + ", ".join(
             f"{p} {table[(p, 0.10)] / full:.2f}" for p in POLICIES[1:]))
     # decode speed at 10% vs full (same prompts, 32 new tokens each, batched)
-    prompts = [engine.encode(ex.prompt) for ex in corpus.retrieval_set(99, 16, args.records)]
+    prompts = [engine.encode(ex.prompt) for ex in corpus.retrieval_set(99, 16, args.records, args.value_words)]
     for label, pol in (("full", CachePolicy()), ("vl_cache 10%", CachePolicy("vl_cache", 0.1, window=4))):
         t = time.time()
         import queue

@@ -8,8 +8,8 @@ tasks whose answers are known.
 - Retrieval (long context). Key-value records followed by lookups: "records : kafo bam ; rimo dus ; ... ; lookup
   kafo bam". The value must be copied from the context: the word after the earlier occurrence of the key (an
   induction-head task, which a two-layer model can express; a format with a word between key and value would need a
-  two-hop composition. The one recorded CPU run, 4000 steps at width 64, did not learn it yet: see
-  benchmarks/generation/kv_retrieval.py). Keys (64) and values (64) are words that the
+  two-hop composition. A tiny model learns it on a CPU once it has first learned to copy from copy documents,
+  below). Keys (64) and values (64) are words that the
   BPE tokenizer keeps whole. The prompt grows with the number of records, so KV-cache compression is tested on a
   task with one known right answer.
 - Copy documents (training only): a random sequence of key and value words, then the same sequence again: "copy :
@@ -102,32 +102,39 @@ VALUE_WORDS = [c1 + v + c2 for c1 in "bdgk" for v in "aeiou" for c2 in "mnrs"][:
 @dataclass(frozen=True)
 class Retrieval:
     prompt: str     # "records : k1 v1 ; k2 v2 ; ... ; lookup k" (or a passkey / multi-document prompt)
-    answer: str     # the one right first word of the continuation: the value, the pass key or the fact
+    answer: str     # the right start of the continuation: the value (one or more words), the pass key or the fact
     n_records: int  # context size: records, filler sentences or documents
     kind: str = "kv"  # "kv" | "passkey" | "multidoc"
 
 
-def _records(rng: random.Random, n_records: int) -> list[tuple[str, str]]:
+def _records(rng: random.Random, n_records: int, value_words: int = 1) -> list[tuple[str, str]]:
+    """(key, value) pairs with distinct keys. A value of several words draws all the document's value words
+    without repeats (while there are enough), so each word of a value occurs once in the records and the word
+    after it can be copied from there."""
     keys = rng.sample([a + b for a in KEY_SYLLABLES for b in KEY_SYLLABLES], n_records)
-    return [(k, rng.choice(VALUE_WORDS)) for k in keys]
+    if value_words == 1:
+        return [(k, rng.choice(VALUE_WORDS)) for k in keys]
+    n = n_records * value_words
+    words = rng.sample(VALUE_WORDS, n) if n <= len(VALUE_WORDS) else rng.choices(VALUE_WORDS, k=n)
+    return [(k, " ".join(words[i * value_words:(i + 1) * value_words])) for i, k in enumerate(keys)]
 
 
-def retrieval(rng: random.Random, n_records: int) -> Retrieval:
-    pairs = _records(rng, n_records)
+def retrieval(rng: random.Random, n_records: int, value_words: int = 1) -> Retrieval:
+    pairs = _records(rng, n_records, value_words)
     q = rng.randrange(n_records)
     body = " ; ".join(f"{k} {v}" for k, v in pairs)
     return Retrieval(f"records : {body} ; lookup {pairs[q][0]}", pairs[q][1], n_records)
 
 
-def retrieval_set(seed: int, n: int, n_records: int) -> list[Retrieval]:
+def retrieval_set(seed: int, n: int, n_records: int, value_words: int = 1) -> list[Retrieval]:
     rng = random.Random(10_000 + seed)
-    return [retrieval(rng, n_records) for _ in range(n)]
+    return [retrieval(rng, n_records, value_words) for _ in range(n)]
 
 
-def retrieval_document(rng: random.Random, n_records: int, lookups: int) -> str:
+def retrieval_document(rng: random.Random, n_records: int, lookups: int, value_words: int = 1) -> str:
     """Records followed by `lookups` lookups of distinct keys (several per document: more copying signal per
     token; the first lookup has exactly the shape of an evaluation prompt)."""
-    pairs = _records(rng, n_records)
+    pairs = _records(rng, n_records, value_words)
     body = " ; ".join(f"{k} {v}" for k, v in pairs)
     asks = " ; ".join(f"lookup {pairs[i][0]} {pairs[i][1]}" for i in rng.sample(range(n_records),
                                                                                min(lookups, n_records)))
@@ -205,7 +212,7 @@ def multidoc_set(seed: int, n: int, n_docs: int) -> list[Retrieval]:
 
 def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2, max_records: int = 12,
                    qa_repeats: int = 6, lookups: int = 3, n_passkey: int | None = None,
-                   n_multidoc: int | None = None, n_copy: int = 0) -> list[str]:
+                   n_multidoc: int | None = None, n_copy: int = 0, value_words: int = 1) -> list[str]:
     """Training documents (one per list entry): facts, their QA pairs (ambiguous names with both answers across
     documents), retrieval documents with min_records..max_records records and up to `lookups` lookups, passkey
     documents with 1..max(1, max_records // 3) filler sentences and multi-document questions over
@@ -213,7 +220,9 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
     are kept short and rare because a training batch costs its longest document: at the demo's settings they are
     ~40-55 tokens (record documents up to 38) and the demo's 900 steps see 13% more padded tokens than without.
     n_copy copy documents (default none) come from a generator of their own, so adding them changes no other
-    document."""
+    document. value_words > 1: each record's value is that many words (the answer of a lookup then continues
+    past its first word, which is what a compressed KV cache is asked for: engine.py samples the first word from
+    the prefill's own logits)."""
     rng = random.Random(seed)
     seen, _ = entities(seed)
     docs: list[str] = []
@@ -223,7 +232,7 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
             docs.append(f"question : where does {e.name} live ? answer : {e.town} .")
             docs.append(f"question : what does {e.name} do ? answer : {e.trade} .")
     for _ in range(n_retrieval):
-        docs.append(retrieval_document(rng, rng.randint(min_records, max_records), lookups))
+        docs.append(retrieval_document(rng, rng.randint(min_records, max_records), lookups, value_words))
     # Their own generator, so the facts and record documents above stay what they were before these were added.
     lrng = random.Random(40_000 + seed)
     for _ in range(n_retrieval // 20 if n_passkey is None else n_passkey):

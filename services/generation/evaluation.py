@@ -19,15 +19,14 @@ class PolicyScore:
     full_bytes: float      # mean KV bytes of the full cache
 
 
-def _answer(text: str) -> str:
-    words = text.strip().split()
-    return words[0] if words else ""
-
-
 def retrieval_accuracy(engine: Engine, policy: str, alpha: float, *, seed: int = 0, n: int = 40,
-                       n_records: int = 24, window: int = 4, max_new_tokens: int = 2) -> PolicyScore:
-    """All n prompts are submitted at once (continuous batching); greedy; right when the first word is the value."""
-    examples = corpus.retrieval_set(seed, n, n_records)
+                       n_records: int = 24, window: int = 4, max_new_tokens: int | None = None,
+                       value_words: int = 1) -> PolicyScore:
+    """All n prompts are submitted at once (continuous batching); greedy; right when the continuation starts with
+    the whole value. The first word comes from the prefill's logits, before any compression (engine.py): with
+    one-word values every policy answers alike, and only value_words > 1 asks the compressed cache for the rest."""
+    examples = corpus.retrieval_set(seed, n, n_records, value_words)
+    max_new_tokens = max_new_tokens or value_words + 1
     pol = CachePolicy(policy, alpha, window=window) if policy != "none" else CachePolicy()
     qs = []
     for ex in examples:
@@ -41,7 +40,7 @@ def retrieval_accuracy(engine: Engine, policy: str, alpha: float, *, seed: int =
             pass
         if e.error is not None:
             raise e.error
-        right += _answer(e.text) == ex.answer
+        right += " ".join(e.text.split()[:value_words]) == ex.answer
         kept += e.cache_bytes
         full += e.full_cache_bytes
     return PolicyScore(policy, alpha, right / n, kept / n, full / n)

@@ -25,6 +25,7 @@ class TrainParams(JobParams):
     # copy documents in the built-in corpus, and how many first steps train on them alone: a curriculum that teaches
     # the copying step of the lookup first (corpus.copy_document; benchmarks/generation/RESULTS.md)
     builtin_copy_docs: int = Field(0, ge=0, le=200_000)
+    builtin_value_words: int = Field(1, ge=1, le=4)   # words per record value (corpus._records)
     copy_warmup_steps: int = Field(0, ge=0, le=1_000_000)
     vocab_size: int = Field(512, ge=300, le=65_536)
     hidden_size: int = Field(64, ge=16, le=2048)

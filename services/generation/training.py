@@ -103,7 +103,8 @@ class LanguageModelTraining:
                                           min_records=p.builtin_min_records, max_records=p.builtin_max_records,
                                           lookups=p.builtin_lookups, qa_repeats=0 if only_records else 6,
                                           n_passkey=0 if only_records else None,
-                                          n_multidoc=0 if only_records else None, n_copy=p.builtin_copy_docs)
+                                          n_multidoc=0 if only_records else None, n_copy=p.builtin_copy_docs,
+                                          value_words=p.builtin_value_words)
             self.source = "builtin"
         rng = random.Random(p.seed)
         order = list(range(len(docs)))

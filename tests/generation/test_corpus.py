@@ -97,3 +97,18 @@ def test_copy_documents_repeat_their_words_and_change_no_other_document(seed):
     more = corpus.builtin_corpus(seed, n_retrieval=50, qa_repeats=1, n_copy=30)
     assert sum(map(corpus.is_copy_document, more)) == 30 and not any(map(corpus.is_copy_document, base))
     assert sorted(d for d in more if not corpus.is_copy_document(d)) == sorted(base)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_values_of_several_words_are_distinct_words_the_lookup_continues_with(seed):
+    for ex in corpus.retrieval_set(seed, 10, 24, value_words=2):
+        records = ex.prompt.split(" ; lookup ")[0].removeprefix("records : ").split(" ; ")
+        words = [w for r in records for w in r.split()[1:]]
+        assert len(records) == 24 and len(words) == 48 == len(set(words)) and set(words) <= set(corpus.VALUE_WORDS)
+        key = ex.prompt.rsplit(" ", 1)[1]
+        assert f"{key} {ex.answer} ;" in ex.prompt + " ;" and len(ex.answer.split()) == 2
+    one = corpus.retrieval_set(seed, 10, 8)
+    assert one == corpus.retrieval_set(seed, 10, 8, value_words=1)
+    assert all(ex.answer in corpus.VALUE_WORDS for ex in one)
+    doc = corpus.retrieval_document(random.Random(seed), 5, 3, value_words=3)
+    assert all(len(a.split()) == 4 for a in doc.removesuffix(" .").split(" ; lookup ")[1:])  # key + 3 words

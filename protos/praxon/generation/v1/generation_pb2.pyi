@@ -201,7 +201,7 @@ class CountTokensResponse(_message.Message):
     def __init__(self, count: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
 
 class LanguageModelTrainingParams(_message.Message):
-    __slots__ = ("steps", "batch_size", "lr", "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "max_seq_len", "seed", "builtin_retrieval_docs", "builtin_max_records", "steps_per_checkpoint", "builtin_min_records", "builtin_lookups", "builtin_tasks", "init_std", "builtin_copy_docs", "copy_warmup_steps")
+    __slots__ = ("steps", "batch_size", "lr", "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "max_seq_len", "seed", "builtin_retrieval_docs", "builtin_max_records", "steps_per_checkpoint", "builtin_min_records", "builtin_lookups", "builtin_tasks", "init_std", "builtin_copy_docs", "copy_warmup_steps", "builtin_value_words")
     STEPS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LR_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,7 @@ class LanguageModelTrainingParams(_message.Message):
     INIT_STD_FIELD_NUMBER: _ClassVar[int]
     BUILTIN_COPY_DOCS_FIELD_NUMBER: _ClassVar[int]
     COPY_WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
+    BUILTIN_VALUE_WORDS_FIELD_NUMBER: _ClassVar[int]
     steps: int
     batch_size: int
     lr: float
@@ -240,7 +241,8 @@ class LanguageModelTrainingParams(_message.Message):
     init_std: float
     builtin_copy_docs: int
     copy_warmup_steps: int
-    def __init__(self, steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., max_seq_len: _Optional[int] = ..., seed: _Optional[int] = ..., builtin_retrieval_docs: _Optional[int] = ..., builtin_max_records: _Optional[int] = ..., steps_per_checkpoint: _Optional[int] = ..., builtin_min_records: _Optional[int] = ..., builtin_lookups: _Optional[int] = ..., builtin_tasks: _Optional[str] = ..., init_std: _Optional[float] = ..., builtin_copy_docs: _Optional[int] = ..., copy_warmup_steps: _Optional[int] = ...) -> None: ...
+    builtin_value_words: int
+    def __init__(self, steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., max_seq_len: _Optional[int] = ..., seed: _Optional[int] = ..., builtin_retrieval_docs: _Optional[int] = ..., builtin_max_records: _Optional[int] = ..., steps_per_checkpoint: _Optional[int] = ..., builtin_min_records: _Optional[int] = ..., builtin_lookups: _Optional[int] = ..., builtin_tasks: _Optional[str] = ..., init_std: _Optional[float] = ..., builtin_copy_docs: _Optional[int] = ..., copy_warmup_steps: _Optional[int] = ..., builtin_value_words: _Optional[int] = ...) -> None: ...
 
 class StartLanguageModelTrainingJobRequest(_message.Message):
     __slots__ = ("corpus_artifact_id", "model_name", "idempotency_key", "params")
