@@ -308,6 +308,8 @@ def predictor_server(host: str, http_port: int, grpc_port: int, tokens: TenantTo
     from kserve.protocol.grpc.servicer import InferenceServicer
     from kserve.protocol.rest.server import RESTServer
 
+    from services.common.server import generic_methods_only
+
     class HostGRPCServer(GRPCServer):
         async def start(self, max_workers):
             interceptors = [LoggingInterceptor(), StatusInterceptor()]
@@ -317,6 +319,7 @@ def predictor_server(host: str, http_port: int, grpc_port: int, tokens: TenantTo
                                            interceptors=interceptors, options=[
                 ("grpc.max_send_message_length", self._kwargs.get("grpc_max_send_message_length")),
                 ("grpc.max_receive_message_length", self._kwargs.get("grpc_max_receive_message_length"))])
+            generic_methods_only(self._server)
             grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
                 InferenceServicer(self._data_plane, self._model_repository_extension), self._server)
             address = f"[{host}]:{self._port}" if ":" in host else f"{host}:{self._port}"

@@ -645,6 +645,23 @@ def server_credentials(g) -> grpc.ServerCredentials:
                                        root_certificates=ca, require_client_auth=ca is not None)
 
 
+def generic_methods_only(server: grpc.aio.Server) -> grpc.aio.Server:
+    """Serve the server's methods through the generic handlers only, never as methods registered with the core.
+
+    Why: grpc.aio (1.85) keeps one pending request per registered method and, for every incoming call, awaits
+    asyncio.wait over all of them (AioServer._server_main_loop), which adds and removes a callback on each. A
+    server hosting every praxon service (62 methods with health and reflection) spent 40% of a trivial call's
+    instructions there (benchmarks/platform/grpc_instructions.py). The generated add_*_to_server registers each
+    service twice, as a generic handler and as registered methods; the generic handler alone serves the same
+    methods, with one pending request whatever the number of methods. Call before any service is added."""
+    server.add_registered_method_handlers = _skip_registration
+    return server
+
+
+def _skip_registration(service_name: str, method_handlers: dict) -> None:
+    """(see generic_methods_only: the generic handler added with them serves these methods)"""
+
+
 async def create_server(app: AppContext, registrars: list[Registrar], *, port: int | None = None,
                         metrics_registry: CollectorRegistry = REGISTRY) -> tuple[grpc.aio.Server, int]:
     """Build and start a server hosting the given services; returns (server, bound port). Port 0 picks one."""
@@ -660,6 +677,7 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
         options=[("grpc.max_receive_message_length", transport_max),
                  ("grpc.max_send_message_length", transport_max),
                  ("grpc.so_reuseport", 0)])
+    generic_methods_only(server)
     names = [name for registrar in registrars for name in registrar(server, app)]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,5 +1,5 @@
 """The server's interceptors on a real loopback server: error mapping, request ids, metrics, deadlines,
-graceful shutdown."""
+graceful shutdown, and what every call costs the server's accept loop."""
 from __future__ import annotations
 
 import asyncio
@@ -135,6 +135,51 @@ def test_graceful_shutdown_finishes_in_flight_calls(settings, tenants):
     with pytest.raises(grpc.RpcError):
         call(channel, "Slow", b"0", metadata=auth(tenants["a"][1]), timeout=2)
     server.stop()
+
+
+def test_each_call_waits_on_one_pending_request_however_many_methods_are_hosted(platform, monkeypatch):
+    """grpc.aio's accept loop awaits asyncio.wait over one pending request per method registered with the core, on
+    every incoming call; create_server serves methods through the generic handlers only (generic_methods_only),
+    so a server hosting many services still waits on one."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from praxon.design.v1 import design_pb2_grpc
+    from praxon.moderation.v1 import moderation_pb2_grpc
+    from praxon.unlearning.v1 import unlearning_pb2_grpc
+
+    def many_methods(server, app):  # 27 generated methods (each answers UNIMPLEMENTED), with health and reflection
+        moderation_pb2_grpc.add_ModerationServiceServicer_to_server(moderation_pb2_grpc.ModerationServiceServicer(),
+                                                                    server)
+        design_pb2_grpc.add_DesignServiceServicer_to_server(design_pb2_grpc.DesignServiceServicer(), server)
+        unlearning_pb2_grpc.add_UnlearningServiceServicer_to_server(
+            unlearning_pb2_grpc.UnlearningServiceServicer(), server)
+        return ["praxon.moderation.v1.ModerationService"]
+
+    server, port = platform.run(create_server(platform.app, [many_methods], port=0,
+                                              metrics_registry=CollectorRegistry()))
+    waited = []
+    real_wait = asyncio.wait
+
+    async def counting_wait(futures, *args, **kwargs):
+        futures = list(futures)
+        task = asyncio.current_task()
+        if task is not None and task.get_coro().__qualname__ == "AioServer._server_main_loop":
+            waited.append(len(futures))
+        return await real_wait(futures, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "wait", counting_wait)
+    try:
+        check = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}")).Check
+        for _ in range(4):
+            assert check(health_pb2.HealthCheckRequest(), timeout=10).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:  # a hosted method is still found (the base servicer's answer)
+            grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary(
+                "/praxon.design.v1.DesignService/GetCampaign")(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED  # found, and the interceptor ran
+    finally:
+        monkeypatch.undo()
+        platform.run(shutdown(server, 0))
+    assert len(waited) >= 3 and set(waited) == {1}, waited
 
 
 def test_default_deadline_cancels_only_overdue_calls_and_tells_them_apart():
