@@ -8,7 +8,9 @@ medians. The servers' CPU time per call (this process's CPU seconds over a round
 too: on a CPU-bound server, throughput is one over it, and CPU time moves much less with the machine's other load
 than wall time does, so its ratio is the steadier estimate of the throughput cost.
 
-    .venv/bin/python benchmarks/platform/grpc_overhead.py [--calls 2000] [--concurrency 16] [--rounds 5]
+    .venv/bin/python benchmarks/platform/grpc_overhead.py [--calls 2000] [--concurrency 16] [--rounds 5] [--host-all]
+
+For the same comparison in instructions (repeatable on a shared machine), see grpc_instructions.py.
 """
 from __future__ import annotations
 
@@ -120,7 +122,12 @@ async def main_async(args) -> None:
     try:
         _, token = harness.token_for(settings, "bench")
         app = build_app_context(settings)
-        praxon_server, praxon_port = await create_server(app, [echo_registrar], port=0)
+        hosted = [echo_registrar]
+        if args.host_all:  # every service in the catalog as well, as `praxon serve` hosts them
+            from services import catalog
+            from services.cli.serve import registrars
+            hosted += registrars(catalog.names())
+        praxon_server, praxon_port = await create_server(app, hosted, port=0)
         bare = grpc.aio.server()
         echo_registrar(bare, None)
         bare_port = bare.add_insecure_port("127.0.0.1:0")
@@ -170,4 +177,5 @@ if __name__ == "__main__":
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--host-all", action="store_true", help="the praxon server also hosts every service")
     asyncio.run(main_async(ap.parse_args()))

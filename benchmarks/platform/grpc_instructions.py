@@ -1,0 +1,156 @@
+"""gRPC server cost in instructions: a trivial unary RPC on a bare grpc.aio server vs the praxon server (every
+interceptor, a real token), counted by valgrind's callgrind. Prints instructions per call and their ratios.
+
+Why instructions: on a shared 2-core machine the wall-clock ratio of grpc_overhead.py moves by more than the
+difference it measures (single rounds x0.6-1.2). Callgrind counts the instructions the server process executes
+in user space, whatever else the machine is doing (a few percent of run-to-run spread remains: how many events
+the event loop finds per wake-up depends on timing). The kernel's share of a call (socket reads and writes,
+epoll) is not counted; it is about the same for both servers. So this measures work, not time, and the two can
+disagree: on 2026-12-04 the instruction ratio bare / praxon-all was x0.88 while the servers' user CPU time per
+call, read from /proc in the same setting without valgrind, gave x0.78 (the praxon process's larger heap makes
+its instructions slower on average) and user + system time x0.87 (benchmarks/platform/RESULTS.md). Use it to
+compare versions of the server, where a change shows to within a fraction of a percent.
+
+Each server runs alone in its own process under `valgrind --tool=callgrind --instr-atstart=no`; the client
+(this process, not under valgrind) warms it up, switches instrumentation on with callgrind_control, makes
+--calls calls at --concurrency, and switches it off. Every server gets the same requests, token included.
+Servers:
+  bare            grpc.aio.server() with the echo method only
+  praxon          services.common.server.create_server with the echo method (health and reflection as always)
+  praxon-all      the same, also hosting every service in the catalog (as `praxon serve` does)
+  praxon-all-registered   praxon-all with its methods also registered with the core (grpc's default before
+                  generic_methods_only; shows what that change saves)
+
+    .venv/bin/python benchmarks/platform/grpc_instructions.py [--calls 2000] [--rounds 2] [--servers ...]
+
+Needs valgrind (and PostgreSQL for the token). A server's start-up under valgrind takes 5-30 s.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpc_overhead import PING, echo_registrar  # noqa: E402 - the same echo method as the wall-clock benchmark
+
+from tests import harness  # noqa: E402
+
+SERVERS = ("bare", "praxon", "praxon-all", "praxon-all-registered")
+
+
+# ------------------------------------------------------------------ server side (runs under valgrind)
+async def serve(kind: str, database_url: str, port_file: str) -> None:
+    if kind == "bare":
+        server = grpc.aio.server()
+        echo_registrar(server, None)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+    else:
+        import services.common.server as praxon_server
+        from services import catalog
+        from services.cli.serve import registrars
+
+        if kind == "praxon-all-registered":  # grpc's default registration, as before generic_methods_only
+            praxon_server.generic_methods_only = lambda server: server
+        settings = harness.make_settings(database_url, "127.0.0.1:1", f"{harness.REDIS_URL}/0", "unused")
+        app = praxon_server.build_app_context(settings)
+        hosted = [echo_registrar] + (registrars(catalog.names()) if kind.startswith("praxon-all") else [])
+        server, port = await praxon_server.create_server(app, hosted, port=0)
+    Path(port_file + ".tmp").write_text(str(port))
+    os.replace(port_file + ".tmp", port_file)  # the client waits for this file
+    await server.wait_for_termination()
+
+
+# ------------------------------------------------------------------ client side
+async def _calls(port: int, metadata, calls: int, concurrency: int) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        ping = channel.unary_unary(PING)
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                await ping(b"x" * 64, metadata=metadata)
+        await asyncio.gather(*[worker(calls // concurrency) for _ in range(concurrency)])
+
+
+def instructions_per_call(kind: str, database_url: str, token: str, calls: int, concurrency: int,
+                          workdir: Path) -> float:
+    port_file, out = workdir / f"port.{kind}", workdir / f"callgrind.{kind}"
+    for f in (port_file, out):
+        f.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+         __file__, "--serve", kind, database_url, str(port_file)],
+        env=dict(os.environ, PYTHONHASHSEED="0"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{kind} server did not start: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.2)
+        port, metadata = int(port_file.read_text()), harness.auth(token)
+        asyncio.run(_calls(port, metadata, 200, concurrency))  # warm up: token cache, handler cache, code paths
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        asyncio.run(_calls(port, metadata, calls, concurrency))
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    total = re.search(r"^totals:\s+(\d+)", out.read_text(), re.M)
+    if total is None:
+        raise RuntimeError(f"no totals in {out}")
+    return int(total.group(1)) / (calls // concurrency * concurrency)
+
+
+def main(args) -> None:
+    from services.common import db
+    from services.common.settings import Settings
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind (Debian package valgrind)")
+    database_url = harness.create_database()
+    try:
+        db.migrate(Settings(database_url=database_url))
+        settings = harness.make_settings(database_url, "127.0.0.1:1", f"{harness.REDIS_URL}/0", "unused")
+        _, token = harness.token_for(settings, "bench")
+        counts: dict[str, list[float]] = {kind: [] for kind in args.servers}
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(args.rounds):  # interleaved, as in grpc_overhead.py
+                for kind in args.servers:
+                    counts[kind].append(instructions_per_call(kind, database_url, token, args.calls,
+                                                              args.concurrency, Path(tmp)))
+                    print(f"round {r + 1}: {kind:22} {counts[kind][-1]:10.0f} instructions per call", flush=True)
+    finally:
+        harness.drop_database(database_url)
+    print(f"\ntrivial unary RPC, {args.calls} calls at concurrency {args.concurrency}, median of {args.rounds} "
+          f"round(s); instructions per call in the server process (user space)")
+    bare = statistics.median(counts["bare"]) if "bare" in counts else None
+    for kind, values in counts.items():
+        median = statistics.median(values)
+        ratio = f"   bare / this x{bare / median:.2f}" if bare and kind != "bare" else ""
+        print(f"{kind:22} {median:10.0f}  (rounds: {', '.join(f'{v:.0f}' for v in values)}){ratio}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        asyncio.run(serve(*sys.argv[2:5]))
+    else:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--calls", type=int, default=2000)
+        ap.add_argument("--concurrency", type=int, default=16)
+        ap.add_argument("--rounds", type=int, default=2)
+        ap.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS))
+        main(ap.parse_args())
