@@ -43,6 +43,8 @@ DOMAIN = "praxon.dev"
 _tenant: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_tenant")
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_request_id", default="")
 _token: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("praxon_token", default=("", ""))
+# the call's metadata as grpc handed it to the interceptor (each call runs in its own task, so its own context)
+_call_metadata: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("praxon_call_metadata", default=None)
 
 # Calls that need no token: health checks and reflection (so external tools can discover the API).
 PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -155,6 +157,7 @@ class Interceptor(grpc.aio.ServerInterceptor):
         self._handlers: dict[str, Any] = {}
 
     async def intercept_service(self, continuation, details):
+        _call_metadata.set(details.invocation_metadata)  # grpc converted it for this call: the handler reuses it
         method = details.method
         handler = self._handlers.get(method)
         if handler is None:
@@ -174,7 +177,7 @@ class Interceptor(grpc.aio.ServerInterceptor):
             """Before the servicer: id, decoding, token, limits (a client stream's messages are checked as read).
             The request id goes back to the client with an error (_abort), not with every answer: trailing metadata
             on every answer cost about 10 µs, 4% of a trivial call (benchmarks/platform/RESULTS.md)."""
-            metadata = dict(context.invocation_metadata() or ())
+            metadata = dict(_call_metadata.get() or context.invocation_metadata() or ())
             _request_id.set(metadata.get("x-request-id", "")[:64])  # "": made when first asked for
             if not client_streaming and isinstance(request, Undecodable):
                 raise request.error()

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.common.errors import InvalidArgument, Unavailable
-from services.common.server import Deadlines, create_server, shutdown
+from services.common.server import Deadlines, create_server, current_request_id, current_tenant, shutdown
 from tests.harness import PlatformServer, auth, rpc_error_details
 
 
@@ -31,9 +31,15 @@ async def _slow(request, context):
     return b"done"
 
 
+async def _who(request, context):
+    """The tenant and request id the call's own metadata gave it, read after other calls had time to start."""
+    await asyncio.sleep(0.01)
+    return f"{current_tenant()} {current_request_id()}".encode()
+
+
 def test_registrar(server, app):  # not a test: the handlers under test
     handlers = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in
-                [("Bug", _bug), ("Bad", _bad), ("Busy", _busy), ("Slow", _slow)]}
+                [("Bug", _bug), ("Bad", _bad), ("Busy", _busy), ("Slow", _slow), ("Who", _who)]}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Probe", handlers),))
     return []
 
@@ -82,6 +88,17 @@ def test_a_call_without_a_request_id_gets_its_own(probe, tenants):
         assert ("x-request-id", rid) in err.value.trailing_metadata()
         ids.append(rid)
     assert ids[0] != ids[1]
+
+
+def test_concurrent_calls_each_see_their_own_metadata(probe, tenants):
+    """The interceptor hands the metadata grpc gave it to the call's handler (a context variable of the call's
+    task): 64 overlapping calls from two tenants, each with its own request id, each see their own."""
+    channel, _, _ = probe
+    sent = [(("a", "b")[i % 2], f"who-{i}") for i in range(64)]
+    futures = [channel.unary_unary("/test.Probe/Who").future(
+        b"", metadata=[*auth(tenants[who][1]), ("x-request-id", rid)], timeout=30) for who, rid in sent]
+    answers = [f.result().decode() for f in futures]
+    assert answers == [f"{tenants[who][0]} {rid}" for who, rid in sent]
 
 
 def test_project_errors_carry_details(probe, tenants):
