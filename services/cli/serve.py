@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -34,6 +35,10 @@ async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Eve
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.grpc.host)
     server, port = await create_server(app, registrars(names))
+    # What exists now (modules, descriptors, the app) lives as long as the process: moved out of the collector's
+    # generations, full collections stop traversing it. A server hosting one service spent 7% of a trivial call's
+    # instructions more without this (benchmarks/platform/grpc_instructions.py and its RESULTS).
+    gc.freeze()
     print(f"praxon: serving {', '.join(names)} on {settings.grpc.host}:{port}", flush=True)
     stop_event = stop_event or asyncio.Event()
     loop = asyncio.get_running_loop()
