@@ -96,6 +96,7 @@ def facts_qa(seed: int = 0) -> list[QA]:
 
 
 KEY_SYLLABLES = SYLLABLES[:8]
+KEY_WORDS = [a + b for a in KEY_SYLLABLES for b in KEY_SYLLABLES]  # the 64 record keys
 VALUE_WORDS = [c1 + v + c2 for c1 in "bdgk" for v in "aeiou" for c2 in "mnrs"][:64]
 
 
@@ -111,7 +112,7 @@ def _records(rng: random.Random, n_records: int, value_words: int = 1) -> list[t
     """(key, value) pairs with distinct keys. A value of several words draws all the document's value words
     without repeats (while there are enough), so each word of a value occurs once in the records and the word
     after it can be copied from there."""
-    keys = rng.sample([a + b for a in KEY_SYLLABLES for b in KEY_SYLLABLES], n_records)
+    keys = rng.sample(KEY_WORDS, n_records)
     if value_words == 1:
         return [(k, rng.choice(VALUE_WORDS)) for k in keys]
     n = n_records * value_words
@@ -143,8 +144,7 @@ def retrieval_document(rng: random.Random, n_records: int, lookups: int, value_w
 
 def copy_document(rng: random.Random, min_words: int = 6, max_words: int = 20) -> str:
     """A random sequence of key and value words followed by the same sequence (see the module docstring)."""
-    keys = [a + b for a in KEY_SYLLABLES for b in KEY_SYLLABLES]
-    words = [rng.choice(VALUE_WORDS) if rng.random() < 0.5 else rng.choice(keys)
+    words = [rng.choice(VALUE_WORDS) if rng.random() < 0.5 else rng.choice(KEY_WORDS)
              for _ in range(rng.randint(min_words, max_words))]
     return f"copy : {' '.join(words)} ; again : {' '.join(words)} ."
 
