@@ -21,7 +21,11 @@ Servers:
   praxon-all-registered   praxon-all with its methods also registered with the core (grpc's default before
                   generic_methods_only; shows what that change saves)
 
-    .venv/bin/python benchmarks/platform/grpc_instructions.py [--calls 2000] [--rounds 2] [--servers ...]
+    .venv/bin/python benchmarks/platform/grpc_instructions.py [--calls 2000] [--rounds 2] [--servers ...] [--cpu]
+
+--cpu: the same servers without valgrind, measuring the server process's CPU time per call instead (user + system,
+every thread, read from /proc/<pid>/task/*/schedstat). That is the throughput ratio of a CPU-bound server, but it
+moves with the machine's load (on 2026-12-04, x0.76-0.89 between runs of the same code).
 
 Needs valgrind (and PostgreSQL for the token). A server's start-up under valgrind takes 5-30 s.
 """
@@ -88,14 +92,26 @@ async def _calls(port: int, metadata, calls: int, concurrency: int) -> None:
         await asyncio.gather(*[worker(calls // concurrency) for _ in range(concurrency)])
 
 
-def instructions_per_call(kind: str, database_url: str, token: str, calls: int, concurrency: int,
-                          workdir: Path) -> float:
+def _cpu_ns(pid: int) -> int:
+    """CPU time the process's threads have run, in ns (the first field of each thread's schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def cost_per_call(kind: str, database_url: str, token: str, calls: int, concurrency: int, workdir: Path,
+                  cpu: bool = False) -> float:
+    """Instructions per call (under callgrind), or with `cpu` the server's CPU µs per call (no valgrind)."""
     port_file, out = workdir / f"port.{kind}", workdir / f"callgrind.{kind}"
     for f in (port_file, out):
         f.unlink(missing_ok=True)
+    under = [] if cpu else ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
-         __file__, "--serve", kind, database_url, str(port_file)],
+        [*under, sys.executable, __file__, "--serve", kind, database_url, str(port_file)],
         env=dict(os.environ, PYTHONHASHSEED="0"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
@@ -105,6 +121,10 @@ def instructions_per_call(kind: str, database_url: str, token: str, calls: int, 
             time.sleep(0.2)
         port, metadata = int(port_file.read_text()), harness.auth(token)
         asyncio.run(_calls(port, metadata, 200, concurrency))  # warm up: token cache, handler cache, code paths
+        if cpu:
+            before = _cpu_ns(proc.pid)
+            asyncio.run(_calls(port, metadata, calls, concurrency))
+            return (_cpu_ns(proc.pid) - before) / 1e3 / (calls // concurrency * concurrency)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
         asyncio.run(_calls(port, metadata, calls, concurrency))
         subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
@@ -121,8 +141,9 @@ def main(args) -> None:
     from services.common import db
     from services.common.settings import Settings
 
-    if shutil.which("valgrind") is None:
+    if not args.cpu and shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind (Debian package valgrind)")
+    unit = "CPU µs" if args.cpu else "instructions"
     database_url = harness.create_database()
     try:
         db.migrate(Settings(database_url=database_url))
@@ -132,18 +153,23 @@ def main(args) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.rounds):  # interleaved, as in grpc_overhead.py
                 for kind in args.servers:
-                    counts[kind].append(instructions_per_call(kind, database_url, token, args.calls,
-                                                              args.concurrency, Path(tmp)))
-                    print(f"round {r + 1}: {kind:22} {counts[kind][-1]:10.0f} instructions per call", flush=True)
+                    counts[kind].append(cost_per_call(kind, database_url, token, args.calls, args.concurrency,
+                                                      Path(tmp), args.cpu))
+                    print(f"round {r + 1}: {kind:22} {counts[kind][-1]:10.1f} {unit} per call", flush=True)
     finally:
         harness.drop_database(database_url)
+    what = "the server process's CPU µs per call (user + system, all threads)" if args.cpu else \
+        "instructions per call in the server process (user space)"
     print(f"\ntrivial unary RPC, {args.calls} calls at concurrency {args.concurrency}, median of {args.rounds} "
-          f"round(s); instructions per call in the server process (user space)")
+          f"round(s); {what}")
     bare = statistics.median(counts["bare"]) if "bare" in counts else None
+    digits = 1 if args.cpu else 0
     for kind, values in counts.items():
         median = statistics.median(values)
         ratio = f"   bare / this x{bare / median:.2f}" if bare and kind != "bare" else ""
-        print(f"{kind:22} {median:10.0f}  (rounds: {', '.join(f'{v:.0f}' for v in values)}){ratio}")
+        if bare and kind != "bare" and args.cpu:  # rounds alternate servers: the median of the paired ratios too
+            ratio += f" (median of the rounds' ratios x{statistics.median(b / v for b, v in zip(counts['bare'], values, strict=True)):.2f})"
+        print(f"{kind:22} {median:10.{digits}f}  (rounds: {', '.join(f'{v:.{digits}f}' for v in values)}){ratio}")
 
 
 if __name__ == "__main__":
@@ -155,4 +181,6 @@ if __name__ == "__main__":
         ap.add_argument("--concurrency", type=int, default=16)
         ap.add_argument("--rounds", type=int, default=2)
         ap.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS))
+        ap.add_argument("--cpu", action="store_true", help="measure the server's CPU time per call instead "
+                        "(no valgrind; in time, so it moves with the machine's load)")
         main(ap.parse_args())

@@ -1,4 +1,4 @@
-"""gRPC overhead: a trivial unary RPC through every praxon interceptor (request id, metrics, errors, auth with a
+"""gRPC overhead: a trivial unary RPC through every praxon dispatcher (request id, metrics, errors, auth with a
 real token, limits) vs the same handler on a bare grpc.aio server. Prints p50/p99 latency and calls/s.
 
 Both servers run in this process; the client runs in a separate process (so its own cost does not count against
@@ -70,7 +70,7 @@ def measure_in_client(address: str, metadata, calls: int, concurrency: int) -> d
 
 
 class _Context:
-    """What a servicer context offers the interceptor, without a network: for timing the interceptor alone."""
+    """What a servicer context offers the dispatcher, without a network: for timing the dispatcher alone."""
 
     def __init__(self, metadata):
         self.metadata = tuple(metadata)
@@ -88,18 +88,18 @@ class _Context:
         return None
 
 
-async def interceptor_cost_us(app, token: str, calls: int = 20000) -> tuple[float, float]:
-    """(µs per call through the praxon interceptor, µs per direct call) of the echo handler, in this process
-    with no network: the interceptor's own cost, which a shared machine's load barely moves."""
+async def dispatcher_cost_us(app, token: str, calls: int = 20000) -> tuple[float, float]:
+    """(µs per call through the praxon dispatcher, µs per direct call) of the echo handler, in this process
+    with no network: the dispatcher's own cost, which a shared machine's load barely moves."""
     from prometheus_client import CollectorRegistry
 
-    from services.common.server import Authenticator, Interceptor, RequestLimits, metrics_of
+    from services.common.server import Authenticator, Dispatcher, RequestLimits, metrics_of
 
     g = app.settings.grpc
-    interceptor = Interceptor(Authenticator(app.pool), RequestLimits(g.max_message_bytes, g.default_deadline_seconds),
-                              metrics_of(CollectorRegistry()))
+    dispatcher = Dispatcher(Authenticator(app.pool), RequestLimits(g.max_message_bytes, g.default_deadline_seconds),
+                            metrics_of(CollectorRegistry()))
     handler = grpc.unary_unary_rpc_method_handler(_echo, request_deserializer=None, response_serializer=None)
-    wrapped = interceptor.wrap(PING, handler).unary_unary
+    wrapped = dispatcher.wrap(PING, handler).unary_unary
     context = _Context(harness.auth(token))
     out = []
     for fn in (wrapped, _echo):
@@ -138,13 +138,13 @@ async def main_async(args) -> None:
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as client:
             for _ in range(args.rounds):  # interleaved, so a shared machine's load changes hit both alike
                 for name, port, md in [("bare grpc.aio", bare_port, None),
-                                       ("praxon (all interceptors)", praxon_port, harness.auth(token))]:
+                                       ("praxon (dispatcher)", praxon_port, harness.auth(token))]:
                     cpu0 = time.process_time()  # both servers live in this process and only one is called at a time
                     r = await loop.run_in_executor(
                         client, measure_in_client, f"127.0.0.1:{port}", md, args.calls, args.concurrency)
                     r["server_cpu_us"] = 1e6 * (time.process_time() - cpu0) / calls_per_round
                     runs.setdefault(name, []).append(r)
-        cost = min([await interceptor_cost_us(app, token) for _ in range(3)])
+        cost = min([await dispatcher_cost_us(app, token) for _ in range(3)])
         rows = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
         await shutdown(praxon_server, 0)
         await bare.stop(0)
@@ -157,7 +157,7 @@ async def main_async(args) -> None:
     for name, r in rows.items():
         print(f"{name:28} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['serial_rps']:12.0f} {r['concurrent_rps']:12.0f} "
               f"{r['server_cpu_us']:19.1f}")
-    paired = [{k: p[k] / b[k] for k in p} for p, b in zip(runs["praxon (all interceptors)"],
+    paired = [{k: p[k] / b[k] for k in p} for p, b in zip(runs["praxon (dispatcher)"],
                                                                       runs["bare grpc.aio"], strict=True)]
     ratio = {k: statistics.median(r[k] for r in paired) for k in paired[0]}
     print(f"ratio praxon / bare (median of the rounds' ratios): p50 x{ratio['p50_ms']:.2f}, "
@@ -167,9 +167,9 @@ async def main_async(args) -> None:
     print(f"server CPU per call, bare / praxon (the throughput ratio of a CPU-bound server): x{statistics.median(cpu):.2f} "
           f"(rounds: {', '.join(format(c, '.2f') for c in cpu)})")
     bare_call_us = 1e6 / rows["bare grpc.aio"]["concurrent_rps"]
-    print(f"the interceptor alone, in process (best of 3): {cost[0] - cost[1]:.1f} µs per call; a bare grpc.aio call "
+    print(f"the dispatcher alone, in process (best of 3): {cost[0] - cost[1]:.1f} µs per call; a bare grpc.aio call "
           f"here costs {bare_call_us:.0f} µs (1 / its calls/s at concurrency {args.concurrency}), so its throughput "
-          f"ceiling with the interceptor is x{bare_call_us / (bare_call_us + cost[0] - cost[1]):.2f}")
+          f"ceiling with the dispatcher is x{bare_call_us / (bare_call_us + cost[0] - cost[1]):.2f}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""The gRPC server every service runs: asyncio, health, reflection, and interceptors for authentication
-(bearer tokens -> tenant), request ids, error mapping (project errors -> google.rpc.Status with details),
-Prometheus metrics, deadlines and message-size limits; graceful shutdown."""
+"""The gRPC server every service runs: asyncio, health, reflection, and one generic handler in front of every method
+(Dispatcher) for authentication (bearer tokens -> tenant), request ids, error mapping (project errors ->
+google.rpc.Status with details), Prometheus metrics, deadlines and message-size limits; graceful shutdown."""
 from __future__ import annotations
 
 import asyncio
 import bisect
 import collections
 import contextvars
+import hashlib
 import itertools
 import logging
 import math
@@ -40,10 +41,10 @@ log = logging.getLogger(__name__)
 _FD = descriptor.FieldDescriptor
 
 DOMAIN = "praxon.dev"
-_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_tenant")
+# the caller's identity (db.token_identity: tenant_id, token_id, token_name; the cached dict, never changed)
+_caller: contextvars.ContextVar[dict] = contextvars.ContextVar("praxon_caller")
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_request_id", default="")
-_token: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("praxon_token", default=("", ""))
-# the call's metadata as grpc handed it to the interceptor (each call runs in its own task, so its own context)
+# the call's metadata as grpc handed it to the Dispatcher (each call runs in its own task, so its own context)
 _call_metadata: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("praxon_call_metadata", default=None)
 
 # Calls that need no token: health checks and reflection (so external tools can discover the API).
@@ -51,8 +52,8 @@ PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 def current_tenant() -> str:
-    """The authenticated caller's tenant id (set by the auth interceptor)."""
-    return _tenant.get()
+    """The authenticated caller's tenant id (set by the Dispatcher)."""
+    return _caller.get()["tenant_id"]
 
 
 def current_request_id() -> str:
@@ -66,8 +67,9 @@ def current_request_id() -> str:
 
 
 def current_token() -> tuple[str, str]:
-    """(token id, token name) the caller authenticated with (set by the auth interceptor; empty outside a call)."""
-    return _token.get()
+    """(token id, token name) the caller authenticated with (set by the Dispatcher; empty outside a call)."""
+    caller = _caller.get(None)
+    return (caller["token_id"], caller["token_name"]) if caller is not None else ("", "")
 
 
 @dataclass
@@ -135,37 +137,56 @@ def to_status(exc: BaseException, request_id: str) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
-# ---------------------------------------------------------------- interceptors
+# ---------------------------------------------------------------- call handling
 # a request id is a correlation key, not a secret: 128 random bits from a fast generator of the server's own (the
 # global one is the embedding program's: a server in its process must not move its seeded state)
 _request_ids = random.Random()
 
 
-class Interceptor(grpc.aio.ServerInterceptor):
-    """Every concern around a servicer call, in this order: the request id (taken from x-request-id, or made when
-    first asked for; echoed in an error's trailing metadata), Prometheus metrics, errors (project errors -> their
-    status with details, anything else -> INTERNAL with the request id; request bytes that do not parse ->
-    INVALID_ARGUMENT), the bearer token (Authenticator; not for health and reflection) and the request limits
-    (RequestLimits). They run in one coroutine in the servicer's task, so context variables set here are visible
-    to the servicer.
+class Dispatcher(grpc.GenericRpcHandler):
+    """The server's one generic handler. It finds each method's handler among the services' own handlers once,
+    wraps it with every concern around a servicer call, and hands grpc the wrapped handler on every call. The
+    concerns, in this order: the request id (taken from x-request-id, or made when first asked for; echoed in an
+    error's trailing metadata), Prometheus metrics, errors (project errors -> their status with details, anything
+    else -> INTERNAL with the request id; request bytes that do not parse -> INVALID_ARGUMENT), the bearer token
+    (Authenticator; not for health and reflection) and the request limits (RequestLimits). They run in one coroutine
+    in the servicer's task, so context variables set here are visible to the servicer.
 
-    One interceptor, not a chain of five: gRPC asks every interceptor for a new handler on every call; here each
-    method's wrapped handler is built once (the registered handlers do not change after start)."""
+    Why not a grpc.aio ServerInterceptor: grpc awaits an interceptor chain on every call (a coroutine per
+    interceptor, a partial for its continuation), where a generic handler is one plain call; with the wrapped
+    handlers built once there is nothing left for an interceptor to do per call (benchmarks/platform/RESULTS.md).
+    install() puts it in front of a server: every service added afterwards is served through it."""
 
     def __init__(self, auth: Authenticator, limits: RequestLimits, metrics: _Metrics):
         self.auth, self.limits, self.metrics = auth, limits, metrics
+        self.services: list[grpc.GenericRpcHandler] = []  # the services' own handlers, asked once per method
         self._handlers: dict[str, Any] = {}
 
-    async def intercept_service(self, continuation, details):
-        _call_metadata.set(details.invocation_metadata)  # grpc converted it for this call: the handler reuses it
-        method = details.method
-        handler = self._handlers.get(method)
+    def install(self, server: grpc.aio.Server) -> grpc.aio.Server:
+        """Serve every method `server` will host through this dispatcher: the services' generic handlers are kept
+        here, and their methods are not registered with the core (see generic_methods_only). Call before any
+        service is added."""
+        server.add_generic_rpc_handlers((self,))
+        server.add_generic_rpc_handlers = self.services.extend
+        return generic_methods_only(server)
+
+    def service(self, details):
+        handler = self._handlers.get(details.method)
         if handler is None:
-            handler = await continuation(details)
-            if handler is None:  # an unknown method: not cached, so random names cannot grow the map
+            handler = self._find(details)
+            if handler is None:
                 return None
-            handler = self._handlers[method] = self.wrap(method, handler)
+        # grpc converted the metadata for this call: the handler reuses it (grpc asks this from the call's task)
+        _call_metadata.set(details.invocation_metadata)
         return handler
+
+    def _find(self, details):
+        for generic in self.services:
+            handler = generic.service(details)
+            if handler is not None:
+                self._handlers[details.method] = handler = self.wrap(details.method, handler)
+                return handler
+        return None  # an unknown method: not cached, so random names cannot grow the map
 
     def wrap(self, method: str, handler):
         auth = None if method.startswith(PUBLIC_PREFIXES) else self.auth
@@ -173,7 +194,7 @@ class Interceptor(grpc.aio.ServerInterceptor):
         deserializer = _never_raises(handler.request_deserializer)
         client_streaming = bool(handler.stream_unary or handler.stream_stream)
 
-        async def enter(request, context) -> None:
+        async def enter(request, context, now: float) -> None:
             """Before the servicer: id, decoding, token, limits (a client stream's messages are checked as read).
             The request id goes back to the client with an error (_abort), not with every answer: trailing metadata
             on every answer cost about 10 µs, 4% of a trivial call (benchmarks/platform/RESULTS.md)."""
@@ -182,7 +203,7 @@ class Interceptor(grpc.aio.ServerInterceptor):
             if not client_streaming and isinstance(request, Undecodable):
                 raise request.error()
             if auth is not None:
-                await auth.authenticate(metadata)
+                await auth.authenticate(metadata, now)
             if not client_streaming:
                 limits.check(request)
 
@@ -196,20 +217,17 @@ class Interceptor(grpc.aio.ServerInterceptor):
                 check(item)
                 yield item
 
-        def call_args(request, context):
-            return (checked(request) if client_streaming else request), context
-
         if handler.unary_unary or handler.stream_unary:
             inner = handler.unary_unary or handler.stream_unary
 
             async def unary(request, context):
                 start = metrics.start()
                 try:
-                    await enter(request, context)
+                    await enter(request, context, start)
                     if context.time_remaining() is None:  # no client deadline: the server's default
-                        task = limits.deadlines.watch()
+                        task = limits.deadlines.watch(start)
                         try:
-                            return await inner(*call_args(request, context))
+                            return await inner(checked(request) if client_streaming else request, context)
                         except asyncio.CancelledError:
                             if not limits.deadlines.expired(task):
                                 raise
@@ -217,7 +235,7 @@ class Interceptor(grpc.aio.ServerInterceptor):
                                                 f"server deadline of {limits.default_deadline_s}s exceeded")
                         finally:
                             limits.deadlines.unwatch(task)
-                    return await inner(*call_args(request, context))
+                    return await inner(checked(request) if client_streaming else request, context)
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
@@ -231,8 +249,8 @@ class Interceptor(grpc.aio.ServerInterceptor):
         async def streaming(request, context):
             start = metrics.start()
             try:
-                await enter(request, context)
-                async for item in _aiter(inner(*call_args(request, context))):
+                await enter(request, context, start)
+                async for item in _aiter(inner(checked(request) if client_streaming else request, context)):
                     yield item
             except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
                 raise
@@ -265,7 +283,7 @@ async def _aiter(result):
 
 class Undecodable:
     """What a request body that is not a valid message deserializes to (bytes that do not parse, or nesting
-    deeper than protobuf's recursion limit): the Interceptor answers it with INVALID_ARGUMENT."""
+    deeper than protobuf's recursion limit): the Dispatcher answers it with INVALID_ARGUMENT."""
 
     def __init__(self, type_name: str):
         self.type_name = type_name
@@ -283,7 +301,7 @@ def _never_raises(deserialize):
     def safe(data: bytes):
         try:
             return deserialize(data)
-        except Exception:  # noqa: BLE001 - any parse failure is the caller's bad bytes, answered by the interceptor
+        except Exception:  # noqa: BLE001 - any parse failure is the caller's bad bytes, answered by the Dispatcher
             return Undecodable(type_name)
     return safe
 
@@ -325,11 +343,12 @@ class TtlCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Any) -> Any | None:
+    def get(self, key: Any, now: float | None = None) -> Any | None:
+        """The live value of `key`, or None; `now`: the clock's time, when the caller has read it already."""
         hit = self._entries.get(key)
         if hit is None:
             return None
-        if hit[0] <= self.clock():
+        if hit[0] <= (self.clock() if now is None else now):
             del self._entries[key]
             return None
         self._entries.move_to_end(key)
@@ -346,11 +365,11 @@ class TtlCache:
 
 class TokenLookups:
     """API token -> its live identity (db.token_identity: tenant_id, token_id, token_name; None for an unknown,
-    revoked or expired token), cached per process and keyed by the token's sha256: a live token for
+    revoked or expired token), cached per process and keyed by a digest of the token (_cache_key): a live token for
     `cache_seconds` (a revoked or expired one stops working within that), an unknown one for
     `negative_cache_seconds` (so a flood of bad tokens costs the database one lookup per token per period; a token
     created after a miss works at most that long later). Concurrent callers with the same uncached token share one
-    lookup. Used on one event loop: the gRPC server's (AuthInterceptor) and the predictors' (services.common.oip)."""
+    lookup. Used on one event loop: the gRPC server's (Dispatcher) and the predictors' (services.common.oip)."""
 
     def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, negative_cache_seconds: float = 2.0, *,
                  max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic):
@@ -359,12 +378,12 @@ class TokenLookups:
         self._unknown = TtlCache(negative_cache_seconds, max_entries, clock)   # -> True
         self._lookups: dict[bytes, asyncio.Future] = {}                        # in flight
 
-    def cached(self, token: str) -> dict | None:
+    def cached(self, token: str, now: float | None = None) -> dict | None:
         """The token's live identity if it is cached (no await: the common case of every call)."""
-        return self._known.get(db.hash_token(token))
+        return self._known.get(_cache_key(token), now)
 
     async def identity(self, token: str) -> dict | None:
-        key = db.hash_token(token)
+        key = _cache_key(token)
         hit = self._known.get(key)
         if hit is not None or self._unknown.get(key) is not None:
             return hit
@@ -387,6 +406,13 @@ class TokenLookups:
         return await asyncio.shield(task)  # one caller's cancellation does not cancel it for the others
 
 
+def _cache_key(token: str) -> bytes:
+    """The token caches' key: the token's BLAKE2s digest, so that no cache holds a token itself. Not the database's
+    sha256 (db.hash_token): this runs on every call, and CPython's built-in BLAKE2s costs about 3.9k instructions
+    where OpenSSL's sha256 costs 6.6k, 1.4% of a trivial call (benchmarks/platform/RESULTS.md)."""
+    return hashlib.blake2s(token.encode()).digest()
+
+
 class Authenticator:
     """Bearer API token -> tenant (tokens are stored hashed; lookups cached by TokenLookups). Missing or bad token
     -> UNAUTHENTICATED; a token over its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
@@ -397,18 +423,18 @@ class Authenticator:
         self.limits = limits or TokenBuckets(0, 1)
         self.tokens = TokenLookups(pool, cache_seconds, negative_cache_seconds, max_entries=max_entries, clock=clock)
 
-    async def authenticate(self, metadata: dict[str, str]) -> None:
-        """Sets the caller's tenant and token for the call (current_tenant, current_token), or raises."""
+    async def authenticate(self, metadata: dict[str, str], now: float | None = None) -> None:
+        """Sets the caller's tenant and token for the call (current_tenant, current_token), or raises. `now`: the
+        time of the call on this authenticator's clock, when the caller has read it already."""
         scheme, _, token = metadata.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
         token = token.strip()
-        found = self.tokens.cached(token) or await self.tokens.identity(token)
+        found = self.tokens.cached(token, now) or await self.tokens.identity(token)
         if found is None:
             raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
-        self.limits.take(found["token_id"])
-        _tenant.set(found["tenant_id"])
-        _token.set((found["token_id"], found["token_name"]))
+        self.limits.take(found["token_id"], now)
+        _caller.set(found)
 
 
 _STRUCTS = ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue")
@@ -485,9 +511,10 @@ class Deadlines:
         self._expired: set[asyncio.Task] = set()
         self._sweeper: asyncio.Task | None = None
 
-    def watch(self) -> asyncio.Task:
+    def watch(self, now: float | None = None) -> asyncio.Task:
+        """Watch the current task from `now` (time.monotonic(), the event loop's clock; read here if not given)."""
         task = asyncio.current_task()
-        self._due[task] = time.monotonic() + self.seconds  # the event loop's clock
+        self._due[task] = (time.monotonic() if now is None else now) + self.seconds
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         return task
@@ -557,15 +584,20 @@ class _Metrics:
     """The server's RPC metrics (latency histogram and errors by method and code, RPCs in flight by method), kept
     as plain numbers per method and turned into Prometheus families when scraped: a Collector. prometheus_client's
     Histogram, Gauge and Counter cost about 2.2 µs per call here (a lock and a method call per value, a Python loop
-    over the buckets), a third of the interceptor's own cost (benchmarks/platform/RESULTS.md); this costs about 0.5."""
+    over the buckets), a third of the dispatcher's own cost (benchmarks/platform/RESULTS.md); this costs about 0.5.
+
+    Numbers are kept per method and thread and summed when scraped: a server's calls all run on its event loop's
+    thread, so each thread's numbers have one writer and need no lock (a process may run servers on several
+    threads). A scrape during a call may count its latency before its bucket, as prometheus_client's own
+    histogram may."""
 
     def __init__(self, registry: CollectorRegistry):
-        self._methods: dict[str, _MethodMetrics] = {}
+        self._methods: dict[tuple[str, int], _MethodMetrics] = {}
         registry.register(self)
 
     def of_method(self, method: str) -> _MethodMetrics:
-        """Once per method and server (setdefault: servers on two threads get the same numbers)."""
-        return self._methods.setdefault(method, _MethodMetrics())
+        """Once per method and server, on the server's thread (setdefault: atomic under the GIL)."""
+        return self._methods.setdefault((method, threading.get_ident()), _MethodMetrics())
 
     def describe(self):
         return [HistogramMetricFamily("praxon_grpc_server_handling_seconds", "RPC latency"),
@@ -578,15 +610,20 @@ class _Metrics:
         in_flight = GaugeMetricFamily("praxon_grpc_server_in_flight", "RPCs in progress", labels=["method"])
         errors = CounterMetricFamily("praxon_grpc_server_errors", "RPCs that ended with a non-OK code",
                                      labels=["method", "code"])
-        for method, m in list(self._methods.items()):
-            with m.lock:  # one consistent snapshot of the method's numbers
-                flying, series = m.in_flight, [(code, list(c), total) for code, (c, total) in m.by_code.items()]
-            in_flight.add_metric([method], flying)
-            for code, counts, total in series:
-                cumulative = list(itertools.accumulate(counts))
-                latency.add_metric([method, code], list(zip(_BUCKET_LABELS, cumulative, strict=True)), total)
-                if code != "OK":
-                    errors.add_metric([method, code], cumulative[-1])
+        flying: dict[str, int] = {}
+        series: dict[tuple[str, str], tuple[list[int], float]] = {}
+        for (method, _), m in list(self._methods.items()):  # summed over the threads
+            flying[method] = flying.get(method, 0) + m.in_flight
+            for code, counts in list(m.counts.items()):
+                summed, total = series.get((method, code)) or ([0] * len(counts), 0.0)
+                series[method, code] = [a + b for a, b in zip(summed, counts, strict=True)], total + m.sums[code]
+        for method, n in flying.items():
+            in_flight.add_metric([method], n)
+        for (method, code), (counts, total) in series.items():
+            cumulative = list(itertools.accumulate(counts))
+            latency.add_metric([method, code], list(zip(_BUCKET_LABELS, cumulative, strict=True)), total)
+            if code != "OK":
+                errors.add_metric([method, code], cumulative[-1])
         return [latency, in_flight, errors]
 
 
@@ -600,28 +637,33 @@ def metrics_of(registry: CollectorRegistry = REGISTRY) -> _Metrics:
 
 
 class _MethodMetrics:
-    """One method's numbers: RPCs in flight, and per status code the count in each latency bucket (the last one
-    past every bound) with the latencies' sum. Updated under a lock: a process may run servers on several threads."""
+    """One method's numbers on one thread: RPCs in flight, and per status code the count in each latency bucket
+    (the last one past every bound) and the latencies' sum."""
 
     def __init__(self):
-        self.lock = threading.Lock()
         self.in_flight = 0
-        self.by_code: dict[str, tuple[list[int], float]] = {}
+        self.counts: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
 
     def start(self) -> float:
-        with self.lock:
-            self.in_flight += 1
-        return time.perf_counter()
+        """The call's start on time.monotonic() (the clock the dispatcher's other checks share)."""
+        self.in_flight += 1
+        return time.monotonic()
 
     def done(self, start: float, context) -> None:
-        seconds = time.perf_counter() - start
+        seconds = time.monotonic() - start
         code = context.code()
-        name = code.name if isinstance(code, grpc.StatusCode) else "OK" if code in (None, 0) else str(code)
-        with self.lock:
-            self.in_flight -= 1
-            counts, total = self.by_code.get(name) or ([0] * (len(_LATENCY_BUCKETS) + 1), 0.0)
-            counts[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
-            self.by_code[name] = (counts, total + seconds)
+        if code is None or code == 0:
+            name = "OK"
+        else:
+            name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+        self.in_flight -= 1
+        counts = self.counts.get(name)
+        if counts is None:
+            self.sums[name] = 0.0  # before its counts: a scrape that finds a code's counts finds its sum
+            counts = self.counts[name] = [0] * (len(_LATENCY_BUCKETS) + 1)
+        counts[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        self.sums[name] += seconds
 
 
 # ---------------------------------------------------------------- server
@@ -671,16 +713,16 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     g = app.settings.grpc
     # The transport limit is above the application limit so oversize requests get a clear INVALID_ARGUMENT.
     transport_max = 4 * g.max_message_bytes
-    server = grpc.aio.server(
-        interceptors=[Interceptor(
-            Authenticator(app.pool, cache_seconds=g.auth_cache_seconds,
-                          limits=TokenBuckets(g.requests_per_second_per_token, g.request_burst_per_token),
-                          negative_cache_seconds=g.auth_negative_cache_seconds),
-            RequestLimits(g.max_message_bytes, g.default_deadline_seconds), metrics_of(metrics_registry))],
-        options=[("grpc.max_receive_message_length", transport_max),
-                 ("grpc.max_send_message_length", transport_max),
-                 ("grpc.so_reuseport", 0)])
-    generic_methods_only(server)
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", transport_max),
+                                      ("grpc.max_send_message_length", transport_max),
+                                      ("grpc.so_reuseport", 0)])
+    dispatcher = Dispatcher(Authenticator(app.pool, cache_seconds=g.auth_cache_seconds,
+                                          limits=TokenBuckets(g.requests_per_second_per_token,
+                                                              g.request_burst_per_token),
+                                          negative_cache_seconds=g.auth_negative_cache_seconds),
+                            RequestLimits(g.max_message_bytes, g.default_deadline_seconds),
+                            metrics_of(metrics_registry))
+    dispatcher.install(server)
     names = [name for registrar in registrars for name in registrar(server, app)]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -694,6 +736,7 @@ async def create_server(app: AppContext, registrars: list[Registrar], *, port: i
     await server.start()
     server.praxon_health = health_servicer  # graceful shutdown flips it to NOT_SERVING first
     server.praxon_services = names
+    server.praxon_dispatcher = dispatcher
     log.info("gRPC server on %s:%d serving %s", g.host, bound, ", ".join(names))
     return server, bound
 

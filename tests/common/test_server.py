@@ -1,4 +1,4 @@
-"""The server's interceptors on a real loopback server: error mapping, request ids, metrics, deadlines,
+"""The server's dispatcher on a real loopback server: error mapping, request ids, metrics, deadlines,
 graceful shutdown, and what every call costs the server's accept loop."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.common.errors import InvalidArgument, Unavailable
-from services.common.server import Deadlines, create_server, current_request_id, current_tenant, shutdown
+from services.common.server import (Deadlines, create_server, current_request_id, current_tenant, metrics_of,
+                                    shutdown)
 from tests.harness import PlatformServer, auth, rpc_error_details
 
 
@@ -131,6 +132,46 @@ def test_metrics_count_latency_and_errors_by_code(probe, tenants):
     assert value("praxon_grpc_server_handling_seconds_count", {"method": "/test.Probe/Slow", "code": "OK"}) >= 1
     assert value("praxon_grpc_server_errors_total", {"method": "/test.Probe/Bad", "code": "INVALID_ARGUMENT"}) >= 1
     assert value("praxon_grpc_server_in_flight", {"method": "/test.Probe/Slow"}) == 0
+
+
+def test_metrics_of_servers_on_several_threads_are_summed_when_scraped():
+    """Each thread keeps its own numbers without a lock (one writer each); a scrape adds them up per method."""
+    class Context:
+        def __init__(self, code):
+            self._code = code
+
+        def code(self):
+            return self._code
+
+    registry = CollectorRegistry()
+    metrics = metrics_of(registry)
+
+    def server_thread(calls: int, errors: int):
+        m = metrics.of_method("/test.Probe/Sum")
+        for i in range(calls):
+            m.done(m.start(), Context(grpc.StatusCode.NOT_FOUND if i < errors else None))
+        m.start()  # one call still in flight on this thread
+
+    threads = [threading.Thread(target=server_thread, args=(n, e)) for n, e in [(300, 2), (500, 5)]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    value = registry.get_sample_value
+    assert value("praxon_grpc_server_handling_seconds_count", {"method": "/test.Probe/Sum", "code": "OK"}) == 793
+    assert value("praxon_grpc_server_errors_total", {"method": "/test.Probe/Sum", "code": "NOT_FOUND"}) == 7
+    assert value("praxon_grpc_server_in_flight", {"method": "/test.Probe/Sum"}) == 2
+
+
+def test_unknown_methods_are_unimplemented_and_never_cached(probe, tenants):
+    channel, _, server = probe
+    dispatcher = server.praxon_dispatcher
+    cached = len(dispatcher._handlers)
+    for i in range(20):
+        with pytest.raises(grpc.RpcError) as err:
+            channel.unary_unary(f"/test.Probe/Missing{i}")(b"", metadata=auth(tenants["a"][1]), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert len(dispatcher._handlers) == cached
 
 
 def test_graceful_shutdown_finishes_in_flight_calls(settings, tenants):
