@@ -24,8 +24,10 @@ Servers:
     .venv/bin/python benchmarks/platform/grpc_instructions.py [--calls 2000] [--rounds 2] [--servers ...] [--cpu]
 
 --cpu: the same servers without valgrind, measuring the server process's CPU time per call instead (user + system,
-every thread, read from /proc/<pid>/task/*/schedstat). That is the throughput ratio of a CPU-bound server, but it
-moves with the machine's load (on 2026-12-04, x0.76-0.89 between runs of the same code).
+every thread, read from /proc/<pid>/task/*/schedstat): the throughput ratio of a CPU-bound server. The server runs
+alone on the last core and the client on the others (taskset / sched_setaffinity), so that neither disturbs the
+other's caches: pinned, the ratio repeated to about 0.02 between runs on 2026-12-04 (x0.82-0.85), where unpinned it
+moved from x0.76 to x0.92.
 
 Needs valgrind (and PostgreSQL for the token). A server's start-up under valgrind takes 5-30 s.
 """
@@ -109,7 +111,9 @@ def cost_per_call(kind: str, database_url: str, token: str, calls: int, concurre
     port_file, out = workdir / f"port.{kind}", workdir / f"callgrind.{kind}"
     for f in (port_file, out):
         f.unlink(missing_ok=True)
-    under = [] if cpu else ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    under = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    if cpu:  # the server alone on the last core, the client on the others: neither slows the other's caches
+        under = ["taskset", "-c", str(os.cpu_count() - 1)] if (os.cpu_count() or 1) > 1 else []
     proc = subprocess.Popen(
         [*under, sys.executable, __file__, "--serve", kind, database_url, str(port_file)],
         env=dict(os.environ, PYTHONHASHSEED="0"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -141,6 +145,8 @@ def main(args) -> None:
     from services.common import db
     from services.common.settings import Settings
 
+    if args.cpu and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, set(range(os.cpu_count() - 1)))  # (the servers get the last core)
     if not args.cpu and shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind (Debian package valgrind)")
     unit = "CPU µs" if args.cpu else "instructions"
