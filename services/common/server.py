@@ -588,8 +588,8 @@ class _Metrics:
 
     Numbers are kept per method and thread and summed when scraped: a server's calls all run on its event loop's
     thread, so each thread's numbers have one writer and need no lock (a process may run servers on several
-    threads). A scrape during a call may count its latency before its bucket, as prometheus_client's own
-    histogram may."""
+    threads). A scrape while a call ends may find it in its bucket's count before its latency is in the sum, as
+    prometheus_client's own histogram may."""
 
     def __init__(self, registry: CollectorRegistry):
         self._methods: dict[tuple[str, int], _MethodMetrics] = {}
