@@ -232,11 +232,13 @@ class TenantTokens:
 
     async def check(self, header: str) -> str | None:
         """None when the header carries a live token of this tenant, else why not (one line for the caller)."""
-        scheme, _, token = (header or "").partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        from services.common.server import bearer_token
+
+        header = header or ""
+        token = bearer_token(header)
+        if token is None:
             return "missing bearer token (Authorization: Bearer <praxon API token>)"
-        found = await self.lookups.identity(token)
+        found = await self.lookups.identity(header, token)
         # another tenant's token is refused like an unknown one: this predictor serves only its own tenant
         if found is not None and str(found["tenant_id"]) == self.tenant_id:
             return None

@@ -4,7 +4,6 @@ google.rpc.Status with details), Prometheus metrics, deadlines and message-size 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import contextvars
 import hashlib
@@ -41,9 +40,10 @@ log = logging.getLogger(__name__)
 _FD = descriptor.FieldDescriptor
 
 DOMAIN = "praxon.dev"
-# the caller's identity (db.token_identity: tenant_id, token_id, token_name; the cached dict, never changed)
-_caller: contextvars.ContextVar[dict] = contextvars.ContextVar("praxon_caller")
-_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("praxon_request_id", default="")
+# the call's (caller, request id): the caller's identity (db.token_identity: tenant_id, token_id, token_name; the
+# cached dict, never changed; None on health and reflection) and the client's x-request-id ("" until one is made).
+# One variable set once per call: each set costs about 1k instructions, 0.2% of a trivial call.
+_call: contextvars.ContextVar[tuple[dict | None, str]] = contextvars.ContextVar("praxon_call", default=(None, ""))
 # the call's metadata as grpc handed it to the Dispatcher (each call runs in its own task, so its own context)
 _call_metadata: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("praxon_call_metadata", default=None)
 
@@ -53,22 +53,25 @@ PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 def current_tenant() -> str:
     """The authenticated caller's tenant id (set by the Dispatcher)."""
-    return _caller.get()["tenant_id"]
+    caller = _call.get()[0]
+    if caller is None:
+        raise LookupError("no authenticated caller in this context")
+    return caller["tenant_id"]
 
 
 def current_request_id() -> str:
     """The call's request id: the client's x-request-id, or one made the first time it is asked for (most calls
     never need one, so none is made for them)."""
-    rid = _request_id.get()
+    caller, rid = _call.get()
     if not rid:
         rid = f"{_request_ids.getrandbits(128):032x}"
-        _request_id.set(rid)
+        _call.set((caller, rid))
     return rid
 
 
 def current_token() -> tuple[str, str]:
     """(token id, token name) the caller authenticated with (set by the Dispatcher; empty outside a call)."""
-    caller = _caller.get(None)
+    caller = _call.get()[0]
     return (caller["token_id"], caller["token_name"]) if caller is not None else ("", "")
 
 
@@ -141,6 +144,8 @@ def to_status(exc: BaseException, request_id: str) -> grpc.Status:
 # a request id is a correlation key, not a secret: 128 random bits from a fast generator of the server's own (the
 # global one is the embedding program's: a server in its process must not move its seeded state)
 _request_ids = random.Random()
+# (module names for what every call runs: a global name is one lookup where time.monotonic is two)
+_current_task, _monotonic = asyncio.current_task, time.monotonic
 
 
 class Dispatcher(grpc.GenericRpcHandler):
@@ -190,20 +195,39 @@ class Dispatcher(grpc.GenericRpcHandler):
 
     def wrap(self, method: str, handler):
         auth = None if method.startswith(PUBLIC_PREFIXES) else self.auth
-        limits, metrics = self.limits, self.metrics.of_method(method)
+        limits, deadlines, metrics = self.limits, self.limits.deadlines, self.metrics.of_method(method)
         deserializer = _never_raises(handler.request_deserializer)
         client_streaming = bool(handler.stream_unary or handler.stream_stream)
 
-        async def enter(request, context, now: float) -> None:
+        def enter(request, context, now: float):
             """Before the servicer: id, decoding, token, limits (a client stream's messages are checked as read).
-            The request id goes back to the client with an error (_abort), not with every answer: trailing metadata
-            on every answer cost about 10 µs, 4% of a trivial call (benchmarks/platform/RESULTS.md)."""
-            metadata = dict(_call_metadata.get() or context.invocation_metadata() or ())
-            _request_id.set(metadata.get("x-request-id", "")[:64])  # "": made when first asked for
-            if not client_streaming and isinstance(request, Undecodable):
-                raise request.error()
-            if auth is not None:
-                await auth.authenticate(metadata, now)
+            Plain code, not a coroutine (every call runs it): None when it is done, or an awaitable that finishes
+            it when the token is not cached and must be looked up. The request id goes back to the client with an
+            error (_abort), not with every answer: trailing metadata on every answer cost about 10 µs, 4% of a
+            trivial call (benchmarks/platform/RESULTS.md)."""
+            header = request_id = ""  # request id "": made when first asked for
+            caller = None
+            for item in _call_metadata.get() or context.invocation_metadata() or ():
+                key = item[0]  # (a loop, not dict(): the items are namedtuples, which dict() copies one by one)
+                if key == "authorization":
+                    header = item[1]
+                elif key == "x-request-id":
+                    request_id = item[1][:64]
+            try:
+                if not client_streaming and isinstance(request, Undecodable):
+                    raise request.error()
+                if auth is not None:
+                    caller = auth.cached(header, now)
+                    if caller is None:
+                        return looked_up(request, header, now, request_id)
+            finally:
+                _call.set((caller, request_id))  # also before an error, whose answer names the request id
+            if not client_streaming:
+                limits.check(request)
+            return None
+
+        async def looked_up(request, header: str, now: float, request_id: str) -> None:
+            _call.set((await auth.authenticate(header, now), request_id))
             if not client_streaming:
                 limits.check(request)
 
@@ -223,19 +247,23 @@ class Dispatcher(grpc.GenericRpcHandler):
             async def unary(request, context):
                 start = metrics.start()
                 try:
-                    await enter(request, context, start)
-                    if context.time_remaining() is None:  # no client deadline: the server's default
-                        task = limits.deadlines.watch(start)
-                        try:
-                            return await inner(checked(request) if client_streaming else request, context)
-                        except asyncio.CancelledError:
-                            if not limits.deadlines.expired(task):
-                                raise
-                            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                                f"server deadline of {limits.default_deadline_s}s exceeded")
-                        finally:
-                            limits.deadlines.unwatch(task)
-                    return await inner(checked(request) if client_streaming else request, context)
+                    pending = enter(request, context, start)
+                    if pending is not None:
+                        await pending
+                    if client_streaming:
+                        request = checked(request)
+                    if context.time_remaining() is not None:  # the client's deadline, which grpc enforces
+                        return await inner(request, context)
+                    task = deadlines.watch(start)  # none: the server's default
+                    try:
+                        return await inner(request, context)
+                    except asyncio.CancelledError:
+                        if not deadlines.expired(task):
+                            raise
+                        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                            f"server deadline of {limits.default_deadline_s}s exceeded")
+                    finally:
+                        deadlines.unwatch(task)
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
@@ -249,7 +277,9 @@ class Dispatcher(grpc.GenericRpcHandler):
         async def streaming(request, context):
             start = metrics.start()
             try:
-                await enter(request, context, start)
+                pending = enter(request, context, start)
+                if pending is not None:
+                    await pending
                 async for item in _aiter(inner(checked(request) if client_streaming else request, context)):
                     yield item
             except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
@@ -309,27 +339,37 @@ def _never_raises(deserialize):
 class TokenBuckets:
     """Request rate per API token: `rate` calls per second sustained, `burst` at once. Over it, a call gets
     RESOURCE_EXHAUSTED with RetryInfo saying when the next one is allowed (per process: each replica counts its
-    own calls)."""
+    own calls). At most `max_tokens` buckets are kept: a full table first drops every bucket that has refilled to
+    its burst (it holds nothing a new bucket would not), else the oldest one."""
 
     def __init__(self, rate: float, burst: int, max_tokens: int = 10_000):
         self.rate, self.burst, self.max_tokens = float(rate), float(burst), max_tokens
-        self._buckets: dict[str, tuple[float, float]] = {}  # token id -> (level, last refill time)
+        self._buckets: dict[str, list[float]] = {}  # token id -> [level, last refill time], changed in place
 
     def take(self, key: str, now: float | None = None) -> None:
         if self.rate <= 0:
             return
         now = time.monotonic() if now is None else now
-        level, last = self._buckets.get(key, (self.burst, now))
-        level = min(self.burst, level + (now - last) * self.rate)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= self.max_tokens:
+                self._make_room(now)
+            bucket = self._buckets[key] = [self.burst, now]
+        level = bucket[0] + (now - bucket[1]) * self.rate
+        if level > self.burst:
+            level = self.burst
+        bucket[1] = now
         if level < 1.0:
-            self._buckets[key] = (level, now)
+            bucket[0] = level
             raise ResourceExhausted(f"request rate limit of {self.rate:g}/s for this API token exceeded",
                                     retry_after_s=(1.0 - level) / self.rate, reason="RATE_LIMITED")
-        # least recently used first: a token's bucket moves to the end on each call, and at capacity the one
-        # unused longest (most likely refilled to the burst anyway) is dropped, never every token's limit at once
-        if self._buckets.pop(key, None) is None and len(self._buckets) >= self.max_tokens:
-            del self._buckets[next(iter(self._buckets))]
-        self._buckets[key] = (level - 1.0, now)
+        bucket[0] = level - 1.0
+
+    def _make_room(self, now: float) -> None:
+        refilled = [key for key, (level, last) in self._buckets.items()
+                    if level + (now - last) * self.rate >= self.burst]
+        for key in refilled or [next(iter(self._buckets))]:
+            del self._buckets[key]
 
 
 class TtlCache:
@@ -364,11 +404,12 @@ class TtlCache:
 
 
 class TokenLookups:
-    """API token -> its live identity (db.token_identity: tenant_id, token_id, token_name; None for an unknown,
-    revoked or expired token), cached per process and keyed by a digest of the token (_cache_key): a live token for
+    """Authorization header -> the live identity of its API token (db.token_identity: tenant_id, token_id,
+    token_name; None for an unknown, revoked or expired token), cached per process and keyed by a digest of the
+    header (_cache_key), so that a cached call needs neither the header parsed nor the token held: a live token for
     `cache_seconds` (a revoked or expired one stops working within that), an unknown one for
     `negative_cache_seconds` (so a flood of bad tokens costs the database one lookup per token per period; a token
-    created after a miss works at most that long later). Concurrent callers with the same uncached token share one
+    created after a miss works at most that long later). Concurrent callers with the same uncached header share one
     lookup. Used on one event loop: the gRPC server's (Dispatcher) and the predictors' (services.common.oip)."""
 
     def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, negative_cache_seconds: float = 2.0, *,
@@ -378,12 +419,13 @@ class TokenLookups:
         self._unknown = TtlCache(negative_cache_seconds, max_entries, clock)   # -> True
         self._lookups: dict[bytes, asyncio.Future] = {}                        # in flight
 
-    def cached(self, token: str, now: float | None = None) -> dict | None:
-        """The token's live identity if it is cached (no await: the common case of every call)."""
-        return self._known.get(_cache_key(token), now)
+    def cached(self, header: str, now: float | None = None) -> dict | None:
+        """The live identity of the header's token if it is cached (no await: the common case of every call)."""
+        return self._known.get(_cache_key(header), now)
 
-    async def identity(self, token: str) -> dict | None:
-        key = _cache_key(token)
+    async def identity(self, header: str, token: str) -> dict | None:
+        """The live identity of `token`, the bearer token the caller parsed from `header`."""
+        key = _cache_key(header)
         hit = self._known.get(key)
         if hit is not None or self._unknown.get(key) is not None:
             return hit
@@ -406,16 +448,23 @@ class TokenLookups:
         return await asyncio.shield(task)  # one caller's cancellation does not cancel it for the others
 
 
-def _cache_key(token: str) -> bytes:
-    """The token caches' key: the token's BLAKE2s digest, so that no cache holds a token itself. Not the database's
+def bearer_token(header: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header value, or None when it carries none."""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    return token if token and scheme.lower() == "bearer" else None
+
+
+def _cache_key(header: str) -> bytes:
+    """The token caches' key: the header's BLAKE2s digest, so that no cache holds a token itself. Not the database's
     sha256 (db.hash_token): this runs on every call, and CPython's built-in BLAKE2s costs about 3.9k instructions
     where OpenSSL's sha256 costs 6.6k, 1.4% of a trivial call (benchmarks/platform/RESULTS.md)."""
-    return hashlib.blake2s(token.encode()).digest()
+    return hashlib.blake2s(header.encode()).digest()
 
 
 class Authenticator:
-    """Bearer API token -> tenant (tokens are stored hashed; lookups cached by TokenLookups). Missing or bad token
-    -> UNAUTHENTICATED; a token over its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
+    """Bearer API token -> the caller's identity (tokens are stored hashed; lookups cached by TokenLookups).
+    Missing or bad token -> UNAUTHENTICATED; a token over its request rate -> RESOURCE_EXHAUSTED with RetryInfo."""
 
     def __init__(self, pool: ConnectionPool, cache_seconds: float = 30.0, limits: TokenBuckets | None = None, *,
                  negative_cache_seconds: float = 2.0, max_entries: int = 10_000,
@@ -423,18 +472,26 @@ class Authenticator:
         self.limits = limits or TokenBuckets(0, 1)
         self.tokens = TokenLookups(pool, cache_seconds, negative_cache_seconds, max_entries=max_entries, clock=clock)
 
-    async def authenticate(self, metadata: dict[str, str], now: float | None = None) -> None:
-        """Sets the caller's tenant and token for the call (current_tenant, current_token), or raises. `now`: the
-        time of the call on this authenticator's clock, when the caller has read it already."""
-        scheme, _, token = metadata.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+    def cached(self, header: str, now: float) -> dict | None:
+        """authenticate() without waiting, for a token whose identity is cached (the common case of every call);
+        None when authenticate() must look the token up."""
+        found = self.tokens.cached(header, now)
+        if found is not None:
+            self.limits.take(found["token_id"], now)
+        return found
+
+    async def authenticate(self, header: str, now: float | None = None) -> dict:
+        """The caller's identity (db.token_identity) from the call's `authorization` metadata, counted against its
+        token's request rate; or raises. `now`: the time of the call on this authenticator's clock, when the caller
+        has read it."""
+        token = bearer_token(header)
+        if token is None:
             raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
-        token = token.strip()
-        found = self.tokens.cached(token, now) or await self.tokens.identity(token)
+        found = self.tokens.cached(header, now) or await self.tokens.identity(header, token)
         if found is None:
             raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
         self.limits.take(found["token_id"], now)
-        _caller.set(found)
+        return found
 
 
 _STRUCTS = ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue")
@@ -500,46 +557,54 @@ def _check_text(text: str, path: str) -> None:
 
 class Deadlines:
     """The server's deadline for the calls that came without one: watch() the call's task, unwatch() it when it
-    ends. One sweeper task per event loop cancels the tasks past their deadline, checking ten times per deadline
-    (at most once a second), instead of a timer per call: asyncio.timeout cost about 6 µs a call, a few percent of
-    a trivial RPC (benchmarks/platform/RESULTS.md). A cancelled call is one expired() says was cancelled here; it
-    is then un-cancelled, so that the call can answer DEADLINE_EXCEEDED."""
+    ends. A sweeper thread looks for tasks past their deadline ten times per deadline (at most once a second) and
+    has their event loop cancel them. Not a timer per call (asyncio.timeout cost about 6 µs a call, a few percent of
+    a trivial RPC), nor a timer on the loop: while one is scheduled, every loop iteration computes its timeout
+    (min and max), about 2k instructions per call (benchmarks/platform/RESULTS.md). A cancelled call is one
+    expired() says was cancelled here; it is then un-cancelled, so that the call can answer DEADLINE_EXCEEDED."""
 
     def __init__(self, seconds: float):
         self.seconds, self.every = seconds, min(1.0, seconds / 10)
-        self._due: dict[asyncio.Task, float] = {}
-        self._expired: set[asyncio.Task] = set()
-        self._sweeper: asyncio.Task | None = None
+        self._due: dict[asyncio.Task, float] = {}   # changed on the loop's thread only
+        self._expired: set[asyncio.Task] = set()    # the same
+        self._sweeper: threading.Thread | None = None
 
     def watch(self, now: float | None = None) -> asyncio.Task:
         """Watch the current task from `now` (time.monotonic(), the event loop's clock; read here if not given)."""
-        task = asyncio.current_task()
+        task = _current_task()
         self._due[task] = (time.monotonic() if now is None else now) + self.seconds
         if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+            self._sweeper = threading.Thread(target=self._sweep, args=(asyncio.get_running_loop(),),
+                                             name="praxon-deadlines", daemon=True)
+            self._sweeper.start()
         return task
 
     def unwatch(self, task: asyncio.Task) -> None:
-        self._due.pop(task, None)
-        self._expired.discard(task)
+        self._due.pop(task, None)  # (a task in _expired leaves it in expired(), or when _expire finds it done)
 
     def expired(self, task: asyncio.Task) -> bool:
         if task not in self._expired:
             return False
+        self._expired.discard(task)
         task.uncancel()
         return True
 
-    async def _sweep(self) -> None:
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The sweeper thread, until its loop is closed (a later loop's watch() starts another)."""
         try:
-            while True:
-                await asyncio.sleep(self.every)
-                if not self._due:  # nothing watched for a while: the next watch() starts another sweeper
-                    return
-                self._expire(time.monotonic())
+            while not loop.is_closed():
+                time.sleep(self.every)
+                now = time.monotonic()
+                if any(at <= now for at in list(self._due.values())):  # (list(): one step, under the GIL)
+                    loop.call_soon_threadsafe(self._expire, now)
+        except RuntimeError:  # the loop closed between the check and the call
+            pass
         finally:
             self._sweeper = None
 
     def _expire(self, now: float) -> None:
+        """On the loop's thread: cancel the tasks due by `now`."""
+        self._expired = {task for task in self._expired if not task.done()}  # ended before it saw its cancellation
         for task, at in list(self._due.items()):
             if at <= now and task not in self._expired:
                 self._expired.add(task)
@@ -578,6 +643,7 @@ class RequestLimits:
 
 _LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
 _BUCKET_LABELS = [*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"]  # "le" of each count, the last past every bound
+_LATENCY_BOUNDS = list(_LATENCY_BUCKETS)  # (for numpy.searchsorted: x <= bound i counts in bucket i, as "le" says)
 
 
 class _Metrics:
@@ -588,8 +654,7 @@ class _Metrics:
 
     Numbers are kept per method and thread and summed when scraped: a server's calls all run on its event loop's
     thread, so each thread's numbers have one writer and need no lock (a process may run servers on several
-    threads). A scrape while a call ends may find it in its bucket's count before its latency is in the sum, as
-    prometheus_client's own histogram may."""
+    threads)."""
 
     def __init__(self, registry: CollectorRegistry):
         self._methods: dict[tuple[str, int], _MethodMetrics] = {}
@@ -614,9 +679,10 @@ class _Metrics:
         series: dict[tuple[str, str], tuple[list[int], float]] = {}
         for (method, _), m in list(self._methods.items()):  # summed over the threads
             flying[method] = flying.get(method, 0) + m.in_flight
-            for code, counts in list(m.counts.items()):
-                summed, total = series.get((method, code)) or ([0] * len(counts), 0.0)
-                series[method, code] = [a + b for a, b in zip(summed, counts, strict=True)], total + m.sums[code]
+            for code, latencies in list(m.codes.items()):
+                counts, total, _ = _count(latencies)
+                summed, summed_total = series.get((method, code)) or ([0] * len(counts), 0.0)
+                series[method, code] = [a + b for a, b in zip(summed, counts, strict=True)], summed_total + total
         for method, n in flying.items():
             in_flight.add_metric([method], n)
         for (method, code), (counts, total) in series.items():
@@ -636,34 +702,48 @@ def metrics_of(registry: CollectorRegistry = REGISTRY) -> _Metrics:
     return _METRICS[registry]
 
 
+_COUNT_EVERY = 1024  # latencies a method keeps per code before it counts them into its buckets
+
+
 class _MethodMetrics:
-    """One method's numbers on one thread: RPCs in flight, and per status code the count in each latency bucket
-    (the last one past every bound) and the latencies' sum."""
+    """One method's numbers on one thread: RPCs in flight, and per status code (the count in each latency bucket,
+    the last one past every bound; the latencies' sum; the latest latencies, not yet counted).
+
+    A call appends its latency, and every _COUNT_EVERY calls they are counted into the buckets at once (numpy):
+    a bucket search and three updates per call cost about 1.5k instructions, 0.3% of a trivial call. The counted
+    state is replaced, never changed, so a scrape on another thread reads one consistent state: counts and sum,
+    plus the latencies appended since (_count), whatever the writer is doing."""
 
     def __init__(self):
         self.in_flight = 0
-        self.counts: dict[str, list[int]] = {}
-        self.sums: dict[str, float] = {}
+        self.codes: dict[str, tuple[list[int], float, list[float]]] = {}
 
     def start(self) -> float:
         """The call's start on time.monotonic() (the clock the dispatcher's other checks share)."""
         self.in_flight += 1
-        return time.monotonic()
+        return _monotonic()
 
     def done(self, start: float, context) -> None:
-        seconds = time.monotonic() - start
+        seconds = _monotonic() - start
         code = context.code()
-        if code is None or code == 0:
-            name = "OK"
-        else:
-            name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+        name = "OK" if not code else code.name if isinstance(code, grpc.StatusCode) else str(code)  # None or 0: OK
         self.in_flight -= 1
-        counts = self.counts.get(name)
-        if counts is None:
-            self.sums[name] = 0.0  # before its counts: a scrape that finds a code's counts finds its sum
-            counts = self.counts[name] = [0] * (len(_LATENCY_BUCKETS) + 1)
-        counts[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
-        self.sums[name] += seconds
+        latencies = self.codes.get(name)
+        if latencies is None:
+            latencies = self.codes[name] = ([0] * (len(_LATENCY_BUCKETS) + 1), 0.0, [])
+        latencies[2].append(seconds)
+        if len(latencies[2]) >= _COUNT_EVERY:
+            self.codes[name] = _count(latencies)
+
+
+def _count(latencies: tuple[list[int], float, list[float]]) -> tuple[list[int], float, list[float]]:
+    """(counts, sum, pending latencies) with the pending ones counted: a new state, the old one unchanged."""
+    import numpy as np  # (here: the processes that import this module for its helpers need not load numpy)
+
+    counts, total, pending = latencies
+    pending = list(pending)  # (a snapshot: the writer may append meanwhile)
+    added = np.bincount(np.searchsorted(_LATENCY_BOUNDS, pending, side="left"), minlength=len(counts))
+    return [a + int(b) for a, b in zip(counts, added, strict=True)], total + sum(pending), []
 
 
 # ---------------------------------------------------------------- server

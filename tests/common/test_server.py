@@ -243,7 +243,7 @@ def test_each_call_waits_on_one_pending_request_however_many_methods_are_hosted(
 def test_default_deadline_cancels_only_overdue_calls_and_tells_them_apart():
     """Deadlines (the server default for calls without a client deadline): an overdue call is cancelled and
     expired() says so (and un-cancels it so that it can answer); a call cancelled by someone else (its client) is
-    not reported as expired; a call that ends in time is never cancelled; the sweeper stops when nothing is watched."""
+    not reported as expired; a call that ends in time is never cancelled; the sweeper thread ends with its loop."""
     async def scenario():
         deadlines = Deadlines(0.2)
         outcomes = {}
@@ -267,6 +267,8 @@ def test_default_deadline_cancels_only_overdue_calls_and_tells_them_apart():
         gone.cancel()
         await asyncio.gather(fast, slow, gone, return_exceptions=True)
         assert outcomes == {"fast": "done", "slow": "deadline", "gone": "cancelled"}
-        await asyncio.sleep(0.1)
-        assert deadlines._sweeper is None and not deadlines._due and not deadlines._expired
-    asyncio.run(scenario())
+        assert not deadlines._due and not deadlines._expired
+        return deadlines, deadlines._sweeper
+    deadlines, sweeper = asyncio.run(scenario())
+    sweeper.join(5)  # the sweeper thread ends with its loop
+    assert not sweeper.is_alive() and deadlines._sweeper is None

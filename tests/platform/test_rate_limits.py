@@ -22,14 +22,21 @@ def test_bucket_refills_at_its_rate():
     TokenBuckets(rate=0, burst=1).take("t")  # 0 = unlimited
 
 
-def test_a_full_table_drops_the_least_recently_used_bucket_only():
+def test_a_full_table_drops_refilled_buckets_first_else_the_oldest():
     b = TokenBuckets(rate=1.0, burst=2, max_tokens=2)
     b.take("idle", now=0.0)
     b.take("busy", now=0.0)
-    b.take("busy", now=0.0)        # "busy" has spent its burst, and was used after "idle"
-    b.take("new", now=0.0)         # the table is full: "idle" (least recently used) is dropped, "busy" is kept
+    b.take("busy", now=0.0)        # "busy" has spent its burst
+    b.take("new", now=0.0)         # the table is full and nothing has refilled: the oldest ("idle") is dropped
     with pytest.raises(ResourceExhausted):
-        b.take("busy", now=0.0)
+        b.take("busy", now=0.0)    # "busy" is kept, still empty
+    b.take("busy", now=1.0)        # busy: 1 refilled, 0 left
+    b.take("new", now=1.0)         # new: 2 (its burst), 1 left
+    b.take("third", now=2.0)       # full again: "new" has refilled (1 + 1) and goes; "busy" (1), though older, stays
+    assert set(b._buckets) == {"busy", "third"}
+    b.take("busy", now=2.0)
+    with pytest.raises(ResourceExhausted):
+        b.take("busy", now=2.0)
 
 
 def test_the_server_enforces_it_per_token(settings):
