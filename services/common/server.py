@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import grpc
+import numpy as np
 from google.protobuf import any_pb2, descriptor, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -42,7 +43,7 @@ _FD = descriptor.FieldDescriptor
 DOMAIN = "praxon.dev"
 # the call's (caller, request id): the caller's identity (db.token_identity: tenant_id, token_id, token_name; the
 # cached dict, never changed; None on health and reflection) and the client's x-request-id ("" until one is made).
-# One variable set once per call: each set costs about 1k instructions, 0.2% of a trivial call.
+# One variable, set once per call: each set costs about 1.5k instructions, 0.3% of a trivial call.
 _call: contextvars.ContextVar[tuple[dict | None, str]] = contextvars.ContextVar("praxon_call", default=(None, ""))
 # the call's metadata as grpc handed it to the Dispatcher (each call runs in its own task, so its own context)
 _call_metadata: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("praxon_call_metadata", default=None)
@@ -559,8 +560,9 @@ class Deadlines:
     """The server's deadline for the calls that came without one: watch() the call's task, unwatch() it when it
     ends. A sweeper thread looks for tasks past their deadline ten times per deadline (at most once a second) and
     has their event loop cancel them. Not a timer per call (asyncio.timeout cost about 6 µs a call, a few percent of
-    a trivial RPC), nor a timer on the loop: while one is scheduled, every loop iteration computes its timeout
-    (min and max), about 2k instructions per call (benchmarks/platform/RESULTS.md). A cancelled call is one
+    a trivial RPC), nor a timer on the loop: while one is scheduled, every loop iteration computes a timeout and
+    looks at the timer heap; the sweeper task that slept on the loop cost about 10k instructions per trivial call,
+    2% (benchmarks/platform/RESULTS.md). A cancelled call is one
     expired() says was cancelled here; it is then un-cancelled, so that the call can answer DEADLINE_EXCEEDED."""
 
     def __init__(self, seconds: float):
@@ -738,8 +740,6 @@ class _MethodMetrics:
 
 def _count(latencies: tuple[list[int], float, list[float]]) -> tuple[list[int], float, list[float]]:
     """(counts, sum, pending latencies) with the pending ones counted: a new state, the old one unchanged."""
-    import numpy as np  # (here: the processes that import this module for its helpers need not load numpy)
-
     counts, total, pending = latencies
     pending = list(pending)  # (a snapshot: the writer may append meanwhile)
     added = np.bincount(np.searchsorted(_LATENCY_BOUNDS, pending, side="left"), minlength=len(counts))
