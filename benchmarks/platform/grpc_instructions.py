@@ -26,8 +26,9 @@ Servers:
 --cpu: the same servers without valgrind, measuring the server process's CPU time per call instead (user + system,
 every thread, read from /proc/<pid>/task/*/schedstat): the throughput ratio of a CPU-bound server. The server runs
 alone on the last core and the client on the others (taskset / sched_setaffinity), so that neither disturbs the
-other's caches: pinned, the ratio repeated to about 0.02 between runs on 2026-12-04 (x0.82-0.85), where unpinned it
-moved from x0.76 to x0.92.
+other's caches: pinned, the ratio repeated to about 0.02 between runs on one machine on 2026-12-04 (x0.82-0.85, the
+code of then), where unpinned it moved from x0.76 to x0.92; on a noisier machine later that day, to about 0.06
+(benchmarks/platform/RESULTS.md). Run the versions you compare alternately, in one session.
 
 Needs valgrind (and PostgreSQL for the token). A server's start-up under valgrind takes 5-30 s.
 """
