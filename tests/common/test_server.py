@@ -75,6 +75,18 @@ def test_unknown_exception_is_internal_with_request_id_and_no_detail(probe, tena
     assert ("x-request-id", "req-123") in err.value.trailing_metadata()
 
 
+@pytest.mark.parametrize("authorization", [None, "Bearer prx_not_a_token", "Basic abc"])
+def test_a_refused_token_is_answered_with_the_clients_request_id(probe, authorization):
+    """The token is checked (cached or looked up) after the request id is read: a refusal names the client's id."""
+    channel, _, _ = probe
+    metadata = [("x-request-id", "req-auth")] + ([("authorization", authorization)] if authorization else [])
+    with pytest.raises(grpc.RpcError) as err:
+        call(channel, "Who", metadata=metadata)
+    code, info, _, _ = rpc_error_details(err.value)
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    assert info.metadata["request_id"] == "req-auth" and ("x-request-id", "req-auth") in err.value.trailing_metadata()
+
+
 def test_a_call_without_a_request_id_gets_its_own(probe, tenants):
     """No x-request-id from the client: the error names one made for the call (made only when asked for, so two
     calls must still get two)."""
@@ -92,7 +104,7 @@ def test_a_call_without_a_request_id_gets_its_own(probe, tenants):
 
 
 def test_concurrent_calls_each_see_their_own_metadata(probe, tenants):
-    """The interceptor hands the metadata grpc gave it to the call's handler (a context variable of the call's
+    """The dispatcher hands the metadata grpc gave it to the call's handler (a context variable of the call's
     task): 64 overlapping calls from two tenants, each with its own request id, each see their own."""
     channel, _, _ = probe
     sent = [(("a", "b")[i % 2], f"who-{i}") for i in range(64)]
