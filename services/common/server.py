@@ -488,7 +488,7 @@ class Authenticator:
         token = bearer_token(header)
         if token is None:
             raise Unauthenticated("missing bearer token in the 'authorization' metadata", reason="MISSING_TOKEN")
-        found = self.tokens.cached(header, now) or await self.tokens.identity(header, token)
+        found = await self.tokens.identity(header, token)  # (it answers from the cache when it can)
         if found is None:
             raise Unauthenticated("invalid or revoked API token", reason="INVALID_TOKEN")
         self.limits.take(found["token_id"], now)
@@ -562,8 +562,8 @@ class Deadlines:
     has their event loop cancel them. Not a timer per call (asyncio.timeout cost about 6 µs a call, a few percent of
     a trivial RPC), nor a timer on the loop: while one is scheduled, every loop iteration computes a timeout and
     looks at the timer heap; the sweeper task that slept on the loop cost about 10k instructions per trivial call,
-    2% (benchmarks/platform/RESULTS.md). A cancelled call is one
-    expired() says was cancelled here; it is then un-cancelled, so that the call can answer DEADLINE_EXCEEDED."""
+    2% (benchmarks/platform/RESULTS.md). A cancelled call is one expired() says was cancelled here; it is then
+    un-cancelled, so that the call can answer DEADLINE_EXCEEDED."""
 
     def __init__(self, seconds: float):
         self.seconds, self.every = seconds, min(1.0, seconds / 10)
