@@ -73,15 +73,22 @@ def page_size(value: int, field: str = "page_size") -> int:
 
 
 def with_event(change: str, state: str, message: str, *, progress: str = "j.progress", metrics: str = "'{}'") -> str:
-    """The one way a job's event is written: one statement that changes job rows (`change`: an INSERT or UPDATE on
-    jobs ... RETURNING *, named parameters; the caller holds the row lock or the change takes it), appends an event
-    to each changed row's log and notifies watchers at commit; it returns the rows, each with a `notified` column
-    (pop it). `state`, `message`, `progress` and `metrics` (jsonb) are SQL expressions over the changed row `j`.
-    One round trip for what would be three statements (the change, the event, the notify)."""
+    """The one way a job's event is written: one statement that changes job rows (`change`: an INSERT INTO jobs or
+    UPDATE jobs SET ... RETURNING *, named parameters; the caller holds the row lock or the change takes it), appends
+    an event to each changed row's log and notifies watchers at commit; it returns the rows, each with a `notified`
+    column (pop it). `state`, `message`, `progress` and `metrics` (jsonb) are SQL expressions over the changed row
+    `j`. One round trip for what would be three statements (the change, the event, the notify).
+
+    The event's seq is the row's own counter (`event_seq`, 1 for a new row, counted up by the UPDATE), not
+    max(seq) + 1 over job_events: a statement that waited for the row's lock reads the locked row as committed but
+    every other table as of before its wait, so a max(seq) could repeat the event of the transaction it waited for."""
+    if change.startswith("UPDATE jobs SET "):
+        change = "UPDATE jobs SET event_seq = event_seq + 1, " + change[len("UPDATE jobs SET "):]
+    elif not change.startswith("INSERT INTO jobs "):  # a new row's event_seq is its default, 1
+        raise ValueError("with_event needs an INSERT INTO jobs or an UPDATE jobs SET")
     return (f"WITH j AS ({change}), "
             "e AS (INSERT INTO job_events (job_id, seq, state, progress, message, metrics) "
-            "SELECT j.id, coalesce((SELECT max(seq) FROM job_events WHERE job_id = j.id), 0) + 1, "
-            f"{state}, {progress}, {message}, {metrics} FROM j) "
+            f"SELECT j.id, j.event_seq, {state}, {progress}, {message}, {metrics} FROM j) "
             f"SELECT j.*, pg_notify('{EVENTS_CHANNEL}', j.id::text) AS notified FROM j")
 
 

@@ -3,6 +3,8 @@ cannot write, finish commits or discards outputs with the state, release/cancel/
 and the event log stays gapless. (The worker runner over it is covered by tests/workers and tests/platform.)"""
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 import pytest
@@ -129,6 +131,46 @@ def test_release_cancel_and_requeue(store, tenants):
         store.progress(jid, "dead", 0.9)
     assert store.claim(jid, "alive", 30)["attempts"] == 2
     store.finish(jid, "alive", "SUCCEEDED", Outputs(), progress=0.9)
+
+
+
+def test_a_write_that_waited_for_the_row_lock_appends_the_next_event(store, tenants):
+    """A one-statement write (progress) that starts while a cancel holds the job's row lock waits for it, then
+    appends its event after the cancel's: its event's seq comes from the locked row, not from a snapshot taken
+    before the wait (that one collided with the cancel's event, a unique violation that failed the job)."""
+    tenant = tenants["a"][0]
+    jid = str(submit(store, tenant)["id"])
+    store.claim(jid, "w", 30)
+    got: list = []
+    with store.pool.connection() as conn:
+        locked = conn.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (jid,)).fetchone()
+        JobStore._cancel_locked(conn, locked)  # the cancel's event, not yet committed
+        writer = threading.Thread(target=lambda: got.append(_outcome(store.progress, jid, "w", 0.5, "half")))
+        writer.start()
+        _wait_until_blocked_on_a_lock(store)
+        conn.commit()
+    writer.join(10)
+    assert got == [True]  # it saw the cancel
+    assert [(e[0], e[2]) for e in events(store, jid)][-2:] == [(3, "cancellation requested"), (4, "half")]
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the test compares it
+        return exc
+
+
+def _wait_until_blocked_on_a_lock(store, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    with store.pool.connection() as conn:
+        conn.autocommit = True
+        while conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND datname = current_database() AND query LIKE %s",
+                           ("%INSERT INTO job_events%",)).fetchone()["n"] == 0:
+            assert time.monotonic() < deadline, "the progress write never waited for the lock"
+            time.sleep(0.01)
+        conn.autocommit = False
 
 
 OPS = st.lists(st.sampled_from(["claim_a", "claim_b", "renew_a", "progress_a", "progress_b", "release_a",

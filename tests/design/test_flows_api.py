@@ -153,7 +153,8 @@ def test_a_running_sampling_job_can_be_cancelled(env):
                      what="the first iteration")
     env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=env.md)
     done = wait_job(env.jobs, env.token, job.id, timeout=120)
-    assert done.state == common_pb2.JOB_STATE_CANCELLED and done.progress < 0.5 and not done.artifacts
+    assert done.state == common_pb2.JOB_STATE_CANCELLED and done.progress < 0.5 and not done.artifacts, (
+        done.error, done.message, done.progress)
 
 
 def _kill_the_worker_mid_job_and_resume(env, job_id: str, min_progress: float, first_message: str):
