@@ -133,7 +133,6 @@ def test_release_cancel_and_requeue(store, tenants):
     store.finish(jid, "alive", "SUCCEEDED", Outputs(), progress=0.9)
 
 
-
 def test_a_write_that_waited_for_the_row_lock_appends_the_next_event(store, tenants):
     """A one-statement write (progress) that starts while a cancel holds the job's row lock waits for it, then
     appends its event after the cancel's: its event's seq comes from the locked row, not from a snapshot taken
