@@ -222,7 +222,7 @@ def in_cluster() -> bool:
 
 class TenantTokens:
     """`Authorization: Bearer <praxon API token>` of one tenant, looked up and cached as the platform's
-    AuthInterceptor does (services.common.server.TokenLookups)."""
+    gRPC server's Authenticator does (services.common.server.TokenLookups)."""
 
     def __init__(self, pool, tenant_id: str, cache_seconds: float = 30.0, negative_cache_seconds: float = 2.0):
         from services.common.server import TokenLookups
