@@ -71,6 +71,7 @@ class GuardPredictor(oip.DeclaredModel):
         """The request's items, checked by the engine with the servicer's limits (ServingConfig)."""
         if not isinstance(payload, InferRequest):
             raise InvalidInput("expected an Open Inference Protocol v2 request")
+        self.check_inputs(payload)  # declared names, datatypes and shapes
         text_in = payload.get_input_by_name("text")
         if text_in is None:
             raise InvalidInput("input 'text' (BYTES [N]) is required")
@@ -87,8 +88,8 @@ class GuardPredictor(oip.DeclaredModel):
             raise InvalidInput(exc.message) from None
 
     INPUTS = (TensorSpec("text", "BYTES", (-1,)),
-              TensorSpec("role", "BYTES", (-1,)),
-              TensorSpec("prompt", "BYTES", (-1,)))
+              TensorSpec("role", "BYTES", (-1,), optional=True),
+              TensorSpec("prompt", "BYTES", (-1,), optional=True))
     OUTPUTS = (TensorSpec("unsafe_score", "FP64", (-1,)),
               TensorSpec("topic_scores", "FP64", (-1, N_TOPICS)),
               TensorSpec("severity", "INT32", (-1, N_TOPICS)),

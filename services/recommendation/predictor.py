@@ -67,14 +67,9 @@ class RecommendationPredictor(oip.DeclaredModel):
         if not isinstance(payload, InferRequest):
             raise InvalidInput("expected an Open Inference Protocol v2 request")
         rec = (loaded or self.loaded).rec
+        self.check_inputs(payload)  # declared names, datatypes and shapes: history INT64 [B, L], k INT32 [1], ...
         inp = payload.get_input_by_name("history")
-        if inp is None:
-            raise InvalidInput("input 'history' (INT64 [B, L] catalogue indices, 0-padded) is required")
-        if inp.datatype not in ("INT64", "INT32"):
-            raise InvalidInput(f"input 'history' must be INT64, got {inp.datatype}")
         arr = np.asarray(oip.array(inp, "history"))
-        if arr.ndim == 1:
-            arr = arr.reshape(1, -1)
         if arr.ndim != 2 or arr.shape[0] < 1:
             raise InvalidInput(f"input 'history' must be [B, L] with B >= 1, got shape {list(arr.shape)}")
         if arr.shape[0] > MAX_ROWS:
@@ -86,7 +81,7 @@ class RecommendationPredictor(oip.DeclaredModel):
         if bad.size:
             b, j = bad[0]
             raise InvalidInput(f"history[{b}][{j}] = {arr[b, j]} is outside the catalogue 1..{n} (0 pads)")
-        k = _scalar(payload, "k", ("INT32", "INT64"), 10)
+        k = _scalar(payload, "k", ("INT32",), 10)
         if not 1 <= int(k) <= n:
             raise InvalidInput(f"k must be in 1..{n} (the catalogue size)")
         exclude = _scalar(payload, "exclude_seen", ("BOOL",), False)
@@ -110,8 +105,8 @@ class RecommendationPredictor(oip.DeclaredModel):
                 "fallback": np.array([row.scored_by != "model" for row in rows], dtype=bool)}
 
     INPUTS = (TensorSpec("history", "INT64", (-1, -1)),
-              TensorSpec("k", "INT32", (1,)),
-              TensorSpec("exclude_seen", "BOOL", (1,)))
+              TensorSpec("k", "INT32", (1,), optional=True),
+              TensorSpec("exclude_seen", "BOOL", (1,), optional=True))
     OUTPUTS = (TensorSpec("item_index", "INT64", (-1, -1)),
               TensorSpec("score", "FP32", (-1, -1)),
               TensorSpec("item_id", "BYTES", (-1, -1)),

@@ -247,3 +247,40 @@ def test_text_that_is_not_utf8_is_refused_naming_the_element(served_guard):
         with pytest.raises(grpc.RpcError) as rpc:
             GRPCInferenceServiceStub(ch).ModelInfer(request, metadata=md, timeout=60)
     assert rpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "text[1] is not valid UTF-8" in rpc.value.details()
+
+
+MOD_CASES = {  # case -> inputs (name, datatype, shape, values); a refused case names the input it refuses
+    "fine": [["text", "BYTES", [2], ["hello", "Eat more vegetables."]]],
+    "2-D text": [["text", "BYTES", [1, 2], ["hello", "there"]]],
+    "FP32 text": [["text", "FP32", [1], [1.0]]],
+    "INT32 role": [["text", "BYTES", [1], ["hello"]], ["role", "INT32", [1], [1]]],
+    "2-D prompt": [["text", "BYTES", [1], ["hello"]], ["prompt", "BYTES", [1, 1], ["p"]]],
+    "undeclared input": [["text", "BYTES", [1], ["hello"]], ["extra", "BYTES", [1], ["x"]]],
+    "no text": [["role", "BYTES", [1], ["prompt"]]],
+}
+MOD_REFUSED_NAMING = {"2-D text": "'text'", "FP32 text": "'text'", "INT32 role": "'role'", "2-D prompt": "'prompt'",
+                      "undeclared input": "'extra'", "no text": "'text'"}
+
+
+def test_tritonclient_reads_the_model_config_and_inputs_off_spec_are_refused(served_guard):
+    """Issue 39: tritonclient's get_model_config and get_model_repository_index over gRPC and HTTP, and inputs that
+    do not match the declared datatype or shape refused naming the input (400 / INVALID_ARGUMENT)."""
+    from tests.platform.test_predictor_triton import config_tensors, run_probe
+
+    got = run_probe(served_guard.http, served_guard.grpc, served_guard.token, "moderation", MOD_CASES)
+    for proto, refused_status in (("grpc", "StatusCode.INVALID_ARGUMENT"), ("http", "400")):
+        config = got[proto]["config"]
+        assert config["name"] == "moderation", proto
+        assert config_tensors(config, "input") == [("text", "TYPE_STRING", [-1]), ("role", "TYPE_STRING", [-1]),
+                                                   ("prompt", "TYPE_STRING", [-1])], proto
+        assert {n: (d, s) for n, d, s in config_tensors(config, "output")} == {
+            name: ("TYPE_" + {"FP64": "FP64", "INT32": "INT32", "BOOL": "BOOL"}[dt], shape)
+            for name, (dt, shape) in OUTPUT_TYPES.items()}, proto
+        assert [bool(t.get("optional", False)) for t in config["input"]] == [False, True, True], proto
+        assert [(m["name"], m["state"]) for m in got[proto]["index"]] == [("moderation", "READY")], proto
+        cases = got[proto]["cases"]
+        assert cases["fine"] == {"outputs": ["blocked", "severity", "topic_scores", "unsafe_score"]}, (proto, cases)
+        for case, names in MOD_REFUSED_NAMING.items():
+            assert "error" in cases[case], (proto, case, cases[case])
+            status, message = cases[case]["error"]
+            assert status == refused_status and names in message, (proto, case, status, message)
