@@ -6,7 +6,12 @@ is the first row after the CSV header (or the first Parquet row). That same 0-ba
 stable `record_id`, which the unlearning service uses to forget records.
 
 Dataset: item raw ids -> contiguous indices 1..N (index 0 is padding), users -> 0..U-1; per-user sequences ordered by
-(timestamp, record_id) (a stable sort by time). The split protocol is data, recorded in the dataset:
+time, ties in file order (record_id). Under `leave_one_out` "time" is RecBole's own key, so that the split is
+RecBole's to the record: RecBole min-max normalises the timestamp (normalize_all: True in its ml-100k config), keeps
+it as a float32 tensor and stable-sorts every interaction by it before splitting per user (recbole_time_key below
+cites where); float32 merges timestamps a few seconds apart, and those ties fall in file order (on ml-100k that moves
+4 test and 5 validation targets, users 167, 186, 239, 392 and 444, against the raw timestamp). Under `user_split`
+the raw timestamp orders. The split protocol is data, recorded in the dataset:
 
 - `user_split` (DreamRec / PreferDiff): users split ~8/1/1 (train/valid/test) with a seeded permutation; training
   samples come from training users only; a valid/test user contributes one sample, their last item given the items
@@ -323,7 +328,7 @@ class Samples:
 class Dataset:
     item_ids: list[str]  # raw id of item index i + 1
     user_ids: list[str]  # raw id of user index u
-    inter_user: torch.Tensor  # [n] int64, sorted by (user, timestamp, record_id)
+    inter_user: torch.Tensor  # [n] int64, sorted by (user, time, record_id); time: see build_dataset
     inter_item: torch.Tensor  # [n] int64 in 1..N
     inter_time: torch.Tensor  # [n] float64
     inter_rating: torch.Tensor  # [n] float32, NaN when absent
@@ -467,11 +472,30 @@ class Dataset:
                    protocol=str(meta.get("protocol", "user_split")), **{k: tensors[k] for k in needed})
 
 
+def recbole_time_key(t: np.ndarray) -> np.ndarray:
+    """RecBole's ordering key for the timestamps `t` (RecBole v1.2.1, github.com/RUCAIBox/RecBole at tag v1.2.1):
+    recbole/data/dataset/dataset.py Dataset._normalize() min-max normalises every float field in float64,
+    (x - min) / (max - min), or sets it to 1.0 when all values are equal (normalize_all: True in
+    recbole/properties/dataset/ml-100k.yaml; the timestamp is `timestamp:float`); _dataframe_to_interaction() then
+    stores it as torch.FloatTensor (float32); Dataset.build() with eval_args.order 'TO' (which SequentialDataset.build
+    requires) calls Interaction.sort(by=time_field) in recbole/data/interaction.py, np.argsort(key, kind="stable")
+    over every interaction in file order; leave_one_out() then groups the sorted rows by user in that order
+    (_grouped_index) and takes each user's last row for test and the one before for validation
+    (_split_index_by_leave_one_out). A user's sequence is therefore ordered by this key, ties in file order."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.size == 0:
+        return t.astype(np.float32)
+    mx, mn = t.max(), t.min()
+    norm = np.ones_like(t) if mx == mn else (t - mn) / (mx - mn)
+    return norm.astype(np.float32)  # round to nearest, as torch.FloatTensor(float64 array) does
+
+
 def build_dataset(df: pd.DataFrame, *, seed: int = 0, max_history: int = 10,
                   split: tuple[float, float, float] = (0.8, 0.1, 0.1), source: str = "upload",
                   protocol: str = "user_split") -> Dataset:
-    """Index ids, order each user's interactions by time (stable: ties keep file order) and apply the split
-    protocol (user_split: a seeded 8/1/1 user permutation; leave_one_out: the last two items of every user).
+    """Index ids, order each user's interactions by time (stable: ties keep file order; leave_one_out: by RecBole's
+    float32 normalised time, recbole_time_key) and apply the split protocol (user_split: a seeded 8/1/1 user
+    permutation; leave_one_out: the last two items of every user).
     `df` is what read_interactions (or a loader) returns."""
     if max_history < 1 or max_history > 200:
         raise InvalidArgument("max_history", "must be in 1..200")
@@ -488,7 +512,7 @@ def build_dataset(df: pd.DataFrame, *, seed: int = 0, max_history: int = 10,
     t = df["timestamp"].to_numpy(np.float64)
     rec = df["record_id"].to_numpy(np.int64)
     rating = df["rating"].to_numpy(np.float64) if "rating" in df else np.full(len(df), np.nan)
-    order = np.lexsort((rec, t, u))
+    order = np.lexsort((rec, recbole_time_key(t) if protocol == "leave_one_out" else t, u))
     counts = np.bincount(u, minlength=len(user_ids))
     eligible = np.flatnonzero(counts >= 2)
     rng = np.random.default_rng(seed)

@@ -183,3 +183,70 @@ def test_synthetic_generator_is_deterministic_and_structured():
             nxt.setdefault(x, []).append(y)
     top_share = np.mean([pd.Series(v).value_counts().iloc[0] / len(v) for v in nxt.values() if len(v) >= 10])
     assert top_share > 0.3
+
+
+# ------------------------------------------------------------------------------------------------------ RecBole's split
+def _recbole_leave_one_out(path: str) -> tuple[dict[str, int], dict[str, int]]:
+    """RecBole's own rule, step by step, on its own file (recbole is not imported: only its data is installed): the
+    .inter file read in file order, Dataset._normalize's min-max of the float timestamp (normalize_all: True for
+    ml-100k), _dataframe_to_interaction's torch.FloatTensor, Interaction.sort's np.argsort(key, kind="stable") over
+    every row, _grouped_index by user in that order, _split_index_by_leave_one_out with leave_one_num 2 (RecBole
+    v1.2.1, recbole/data/dataset/dataset.py and recbole/data/interaction.py). -> per raw user id, the 0-based file row
+    of its test and of its validation target."""
+    raw = pd.read_csv(path, sep="\t")
+    users = raw["user_id:token"].astype(str).to_numpy()
+    arr = raw["timestamp:float"].to_numpy(np.float64)
+    mx, mn = max(arr), min(arr)
+    key = torch.FloatTensor((arr - mn) / (mx - mn))
+    order = np.argsort(key.numpy(), kind="stable")
+    grouped: dict[str, list[int]] = {}
+    for row in order:
+        grouped.setdefault(users[row], []).append(int(row))
+    test = {u: rows[-1] for u, rows in grouped.items() if len(rows) >= 2}
+    valid = {u: rows[-2] for u, rows in grouped.items() if len(rows) >= 3}
+    return test, valid
+
+
+def _targets(ds: Dataset, split: str) -> dict[str, int]:
+    s = ds.samples(split)
+    return {ds.user_ids[int(u)]: int(r) for u, r in zip(s.user, s.target_record_id, strict=True)}
+
+
+def test_ml100k_leave_one_out_is_recboles_split_to_the_record():
+    """Issue 39: RecBole orders by its float32 min-max-normalised timestamp, where timestamps a few seconds apart tie
+    and fall in file order; ordering by the raw timestamp moved 4 test and 5 validation targets (users 167, 186, 239,
+    392, 444). Every user's test and validation target is now RecBole's, and so is every training sequence's order."""
+    from services.recommendation.data import movielens_100k_path
+
+    want_test, want_valid = _recbole_leave_one_out(movielens_100k_path())
+    df = load_movielens_100k()
+    ds = build_dataset(df, protocol="leave_one_out")
+    assert len(want_test) == len(want_valid) == 943
+    assert _targets(ds, "test") == want_test
+    assert _targets(ds, "valid") == want_valid
+    # the rule matters here (so this test can fail): the raw timestamp's order differs for exactly these users
+    raw_order = df.sort_values(["timestamp", "record_id"], kind="stable").groupby("user", sort=False)["record_id"]
+    raw_test = {u: int(g.iloc[-1]) for u, g in raw_order}
+    raw_valid = {u: int(g.iloc[-2]) for u, g in raw_order}
+    moved_test = sorted((u for u in want_test if raw_test[u] != want_test[u]), key=int)
+    moved_valid = sorted((u for u in want_valid if raw_valid[u] != want_valid[u]), key=int)
+    assert len(moved_test) == 4 and len(moved_valid) == 5
+    assert sorted(set(moved_test) | set(moved_valid), key=int) == ["167", "186", "239", "392", "444"]
+    # the training sequences come in RecBole's order too (its data_augmentation sorts by user, then the same key)
+    key = torch.FloatTensor(((df["timestamp"] - df["timestamp"].min()) /
+                             (df["timestamp"].max() - df["timestamp"].min())).to_numpy()).numpy()
+    rec = ds.record_id.numpy()
+    assert np.all(np.diff(ds.inter_user.numpy()) >= 0)
+    same_user = np.diff(ds.inter_user.numpy()) == 0
+    k = key[rec]
+    assert np.all((np.diff(k) > 0) | ((np.diff(k) == 0) & (np.diff(rec) > 0)) | ~same_user)
+
+
+def test_user_split_keeps_ordering_by_the_raw_timestamp():
+    """Two timestamps one second apart in a long range tie in float32; user_split still orders them by time."""
+    df = read_interactions(b"user,item,timestamp\nu,b,1000000001\nu,a,1000000000\nv,c,0\nv,d,1\n")
+    ds = build_dataset(df, protocol="user_split")
+    assert [ds.item_ids[i - 1] for i in ds.inter_item[ds.inter_user == ds.user_ids.index("u")].tolist()] == ["a", "b"]
+    loo = build_dataset(df, protocol="leave_one_out")  # RecBole's key: a tie, file order
+    assert [loo.item_ids[i - 1] for i in loo.inter_item[loo.inter_user == loo.user_ids.index("u")].tolist()] == [
+        "b", "a"]
