@@ -206,11 +206,11 @@ def test_import_builtin_movielens():
 
 
 def test_leave_one_out_import_of_movielens_reproduces_the_protocol():
-    """RecBole's protocol: every user; per user (sorted by time, stable), the last item is the test target and the
+    """RecBole's protocol: every user; per user (sorted by RecBole's time key, stable), the last item is the test target and the
     one before it the validation target; every earlier next item trains: 943 test users, 97,171 training samples."""
     import numpy as np
 
-    from services.recommendation.data import load_movielens_100k
+    from services.recommendation.data import load_movielens_100k, recbole_time_key
 
     ctx = InMemoryJobContext(params={"builtin": "ml-100k", "protocol": "leave_one_out"})
     out = run_import(ctx)
@@ -220,7 +220,8 @@ def test_leave_one_out_import_of_movielens_reproduces_the_protocol():
     train, valid, test = ds.samples("train"), ds.samples("valid", with_seen=True), ds.samples("test", with_seen=True)
     assert (len(train), len(valid), len(test)) == (97_171, 943, 943)
     df = load_movielens_100k()
-    order = np.lexsort((df["record_id"].to_numpy(), df["timestamp"].to_numpy()))  # stable sort by time
+    # stable sort by RecBole's time key (its float32 normalised timestamp: tests/recommendation/test_rec_data.py)
+    order = np.lexsort((df["record_id"].to_numpy(), recbole_time_key(df["timestamp"].to_numpy())))
     by_user = df.iloc[order].groupby("user", sort=False)["item"].apply(list)
     for j in range(0, 943, 37):
         seq = by_user[ds.user_ids[int(test.user[j])]]
