@@ -16,7 +16,11 @@ well under a second. Anything heavier is imported inside the function that needs
   with presigned=True a presigned PUT (CreateUpload, PUT, CompleteUpload) that never passes the bytes through gRPC.
 - `parse_model_ref` / `model_ref`: "name", "name:3", "name@alias" -> (name, version, alias) / common_pb2.ModelRef.
 - `watch` (a progress bar over WatchJob, reconnecting after the last event seen) and `wait_for_success` (watch, then
-  return the job if it SUCCEEDED, else exit with the job's structured error).
+  return the job if it SUCCEEDED, else exit with the job's structured error). A command that submitted a job never
+  reports failure because watching was slow: a stream or a GetJob that fails for a reason that may pass (DEADLINE_
+  EXCEEDED from a loaded server, UNAVAILABLE, ...) is retried, resuming after the last event seen; only when the
+  server stays unreachable for reconnect_s does the command stop, saying the job's id and that it is still running
+  (exit status STILL_RUNNING_EXIT, 75: EX_TEMPFAIL), never that it failed.
 - `once_loaded(call, ...)`: a call repeated while it answers UNAVAILABLE, for the first request to a model the server
   is still loading (streaming calls included, which the channel does not retry)."""
 from __future__ import annotations
@@ -46,6 +50,13 @@ DEFAULT_ADDRESS = "127.0.0.1:50051"
 CHUNK = (1 << 20) - (64 << 10)
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+# Watching a job, these may pass: the call is repeated (a loaded server answers DEADLINE_EXCEEDED, a proxy or a
+# restart breaks a stream with UNAVAILABLE, CANCELLED, INTERNAL or UNKNOWN). The others (NOT_FOUND, PERMISSION_DENIED,
+# UNAUTHENTICATED, INVALID_ARGUMENT) will not, and are raised at once.
+WATCH_RETRIED = (*RETRIED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED,
+                 grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+STILL_RUNNING_EXIT = 75  # sysexits.h EX_TEMPFAIL: the job was submitted and runs on; watching it stopped
+WATCH_RECONNECT_S = 300.0  # default: how long watching keeps retrying without hearing from the server
 
 
 # ---------------------------------------------------------------------------------------------- where and who
@@ -337,41 +348,78 @@ def progress_line(e: common_pb2.JobEvent, width: int = 30) -> str:
             f"{e.message[:50]:50} {metrics}")
 
 
-def watch(target: Target, job_id: str, out=None, *, reconnect_s: float = 60.0) -> common_pb2.Job:
-    """Follow a job to its end with a progress bar and return the final job. A dropped stream (server restart,
-    UNAVAILABLE) is reopened after the last event seen, for up to reconnect_s without progress."""
+class StillRunning(SystemExit):
+    """Watching a submitted job stopped (the server stayed unreachable) while the job, as far as anyone knows, runs
+    on: exit status STILL_RUNNING_EXIT. `watch` has already said so, with the job's id."""
+
+    def __init__(self, job_id: str, state: str, error: str):
+        super().__init__(STILL_RUNNING_EXIT)
+        self.job_id, self.state, self.error = job_id, state, error
+
+
+def watch_retry_delay(err: grpc.RpcError, attempt: int) -> float | None:
+    """Seconds to wait before repeating a failed WatchJob or GetJob of `watch`, None when the error will not pass:
+    the server's RetryInfo delay when it gives one, else a jittered exponential backoff up to 5 s for WATCH_RETRIED
+    codes."""
+    if not isinstance(err, grpc.RpcError) or not hasattr(err, "code") or err.code() not in WATCH_RETRIED:
+        return None
+    asked = status_details(err)["retry_after_s"]
+    if asked is not None:
+        return max(0.0, asked)
+    return min(5.0, 0.2 * 2 ** min(attempt, 5)) * (0.5 + random.random() / 2)  # jitter, not security
+
+
+def watch(target: Target, job_id: str, out=None, *, reconnect_s: float | None = None) -> common_pb2.Job:
+    """Follow a job to its end with a progress bar and return the final job. A stream that breaks or a GetJob that
+    fails for a reason that may pass (WATCH_RETRIED: a loaded server's DEADLINE_EXCEEDED, UNAVAILABLE, ...) is
+    repeated, the stream resumed after the last event seen (WatchJob after_sequence), for as long as the server is
+    heard from at least every reconnect_s (default PRAXON_WATCH_RECONNECT_S, else WATCH_RECONNECT_S); past that,
+    it says on stderr that the job is still running, with its id and the command that follows it, and raises
+    StillRunning (exit status 75). A job that runs long without events is not a failure: the stream just stays
+    open."""
     out = out or sys.stdout  # looked up at call time, so a redirected stdout is honoured
+    if reconnect_s is None:
+        reconnect_s = float(os.environ.get("PRAXON_WATCH_RECONNECT_S") or WATCH_RECONNECT_S)
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
-    after, attempt, since = 0, 0, time.monotonic()
+    after, attempt, heard = 0, 0, time.monotonic()
+    ended, state = False, "QUEUED"
     tty = getattr(out, "isatty", lambda: False)()
     while True:
         try:
-            ended = False
-            for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
-                                      metadata=target.metadata):
-                e = item.event
-                after, attempt, since = max(after, e.sequence), 0, time.monotonic()
-                out.write(("\r" if tty else "") + progress_line(e) + ("" if tty else "\n"))
-                out.flush()
-                if state_name(e.state) in TERMINAL:
-                    ended = True
-                    break
-            if ended:
-                break
-            # the stream closed without a terminal event: read the job, and resume the stream if it still runs
+            if not ended:
+                for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
+                                          metadata=target.metadata):
+                    e = item.event
+                    after, attempt, heard = max(after, e.sequence), 0, time.monotonic()
+                    state = state_name(e.state)
+                    out.write(("\r" if tty else "") + progress_line(e) + ("" if tty else "\n"))
+                    out.flush()
+                    if state in TERMINAL:
+                        ended = True
+                        break
+            # the stream ended (or closed without a terminal event): read the job; resume the stream if it runs on
             job = stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=target.metadata).job
-            if state_name(job.state) in TERMINAL:
-                break
+            attempt, heard, state = 0, time.monotonic(), state_name(job.state)
+            if state in TERMINAL:
+                if tty:
+                    out.write("\n")
+                out.flush()
+                return job
         except grpc.RpcError as err:
-            delay = retry_delay(err, attempt)
-            if delay is None or time.monotonic() - since + delay > reconnect_s:
+            delay = watch_retry_delay(err, attempt)
+            if delay is None:
                 raise
+            if time.monotonic() - heard + delay > reconnect_s:
+                if tty:
+                    out.write("\n")
+                out.flush()
+                line = error_line(err)
+                print(f"job {job_id} was submitted and is still running (last seen {state}); watching it stopped "
+                      f"after {reconnect_s:g} s without an answer ({line}). Follow it with `praxon jobs watch "
+                      f"{job_id}`.", file=sys.stderr, flush=True)
+                raise StillRunning(job_id, state, line) from None
             time.sleep(delay)
             attempt += 1
-    if tty:
-        out.write("\n")
-    out.flush()
-    return stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=target.metadata).job
 
 
 def job_error(job: common_pb2.Job) -> str:
@@ -380,14 +428,16 @@ def job_error(job: common_pb2.Job) -> str:
     return f"({job.error.reason or state_name(job.state)}):\n{problems}"
 
 
-def wait_for_success(target: Target, job: common_pb2.Job | str, what: str = "", out=None) -> common_pb2.Job:
+def wait_for_success(target: Target, job: common_pb2.Job | str, what: str = "", out=None, *,
+                     reconnect_s: float | None = None) -> common_pb2.Job:
     """Watch a job (a Job or its id) with a progress bar; return it if it SUCCEEDED, else exit (SystemExit, status
-    1) with its state and structured error, one problem per line."""
+    1) with its state and structured error, one problem per line. If the server stays unreachable, StillRunning
+    (status 75) after saying the job runs on (see watch)."""
     out = out or sys.stdout
     job_id = job if isinstance(job, str) else job.id
     what = what or (job.kind if not isinstance(job, str) else "")
     out.write(f"{what + ' ' if what else ''}job {job_id}:\n")
-    done = watch(target, job_id, out)
+    done = watch(target, job_id, out, reconnect_s=reconnect_s)
     if state_name(done.state) != "SUCCEEDED":
         raise SystemExit(f"{what + ' ' if what else ''}job {job_id} ended {state_name(done.state)} {job_error(done)}")
     return done
