@@ -12,6 +12,12 @@ Definitions (see /work/shared/algorithms/generation.md):
   beta_l * m by largest-remainder apportionment (ties -> lower layer): |n_l - beta_l m| < 1, 0 <= n_l <= m, and
   sum_l n_l = T exactly, T = floor(alpha * L * m + 1/2) with redistribution, T = floor(sum_l beta_l m + 1/2) without.
   alpha must lie in [0.01, 1] (the clip range).
+- Layers of different sizes (a model that mixes sliding-window and global attention layers: a sliding layer holds at
+  most its window). With ``capacity`` c_l (tokens per head layer l holds) the same rule is applied to token counts:
+  n_l = clip(c * C * d_l * c_l / sum(d * c), lo * c_l, hi * c_l) with C = sum c, so a layer's budget is proportional to
+  its count of kept tail entries (d_l * c_l), as VL-Cache's is when every layer holds m; c is solved so that
+  sum n_l = alpha * C, and the integer budgets sum to floor(alpha * C + 1/2), each in [0, c_l]. With every c_l = m
+  this is exactly the rule above.
 - Compression. For each (l, h): the most recent w = min(window, n_l) tokens are kept, plus the n_l - w highest-scoring
   of the older tokens (ties -> earlier position). Kept tokens stay in their original order. The compact cache is
   [L, H, max n, D] zero-padded, with lengths [L, H] and the kept positions [L, H, max n] (-1 padded).
@@ -71,8 +77,8 @@ def qk_tail_stats_reference(q_tail: torch.Tensor, keys: torch.Tensor, p: float,
     return scores, density
 
 
-def _largest_remainder(reals: torch.Tensor, total: int, m: int) -> torch.Tensor:
-    n = torch.floor(reals).long().clamp(0, m)
+def _largest_remainder(reals: torch.Tensor, total: int, cap: torch.Tensor) -> torch.Tensor:
+    n = torch.minimum(torch.floor(reals).long().clamp_min(0), cap)
     rem = total - int(n.sum())
     frac = reals - n.double()
     L = reals.numel()
@@ -81,7 +87,7 @@ def _largest_remainder(reals: torch.Tensor, total: int, m: int) -> torch.Tensor:
         for i in order:
             if rem == 0:
                 break
-            if n[i] < m:
+            if n[i] < cap[i]:
                 n[i] += 1
                 rem -= 1
     elif rem < 0:
@@ -96,17 +102,23 @@ def _largest_remainder(reals: torch.Tensor, total: int, m: int) -> torch.Tensor:
 
 
 def layer_budgets(density: torch.Tensor, alpha: float, m: int, *, redistribute: bool = True,
-                  lo: float = 0.01, hi: float = 1.0) -> torch.Tensor:
-    """Integer token budgets [L] (int64, on density's device) from layer densities; see the module docstring."""
+                  lo: float = 0.01, hi: float = 1.0, capacity: torch.Tensor | None = None) -> torch.Tensor:
+    """Integer token budgets [L] (int64, on density's device) from layer densities; see the module docstring.
+    capacity [L]: tokens each layer holds (default: every layer holds m)."""
     d = density.detach().double().cpu()
     L = d.numel()
-    w = d / d.sum() * L if float(d.sum()) > 0 else torch.ones(L, dtype=torch.float64)
+    cap = (torch.full((L,), m, dtype=torch.int64) if capacity is None
+           else capacity.detach().cpu().long().clamp(0, m))
+    c_ = cap.double()
+    C = float(c_.sum())
+    mass = d * c_
+    w = mass / mass.sum() * C / c_.clamp_min(1) if float(mass.sum()) > 0 else torch.ones(L, dtype=torch.float64)
     if redistribute:
-        target = alpha * L
+        target = alpha * C
         c_lo, c_hi = 0.0, 1.0 / float(w[w > 0].min()) if bool((w > 0).any()) else 1.0
         for _ in range(200):
             c_mid = 0.5 * (c_lo + c_hi)
-            if float((w * c_mid).clamp(lo, hi).sum()) < target:
+            if float(((w * c_mid).clamp(lo, hi) * c_).sum()) < target:
                 c_lo = c_mid
             else:
                 c_hi = c_mid
@@ -115,16 +127,16 @@ def layer_budgets(density: torch.Tensor, alpha: float, m: int, *, redistribute: 
         beta = (w * c).clamp(lo, hi)
         free = (w * c > lo) & (w * c < hi)
         if bool(free.any()):
-            fixed = float(beta[~free].sum())
-            c_exact = (target - fixed) / float(w[free].sum())
+            fixed = float((beta[~free] * c_[~free]).sum())
+            c_exact = (target - fixed) / float((w[free] * c_[free]).sum())
             cand = (w * c_exact).clamp(lo, hi)
             if bool((((w * c_exact) > lo) & ((w * c_exact) < hi) == free).all()):
                 beta = cand
-        total = math.floor(alpha * L * m + 0.5)
+        total = math.floor(alpha * C + 0.5)
     else:
         beta = (w * alpha).clamp(lo, hi)
-        total = math.floor(float((beta * m).sum()) + 0.5)
-    return _largest_remainder(beta * m, total, m).to(density.device)
+        total = math.floor(float((beta * c_).sum()) + 0.5)
+    return _largest_remainder(beta * c_, total, cap).to(density.device)
 
 
 def select_positions(scores: torch.Tensor, budgets: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,6 +7,11 @@ safetensors artifact), the version's config holds {"format": HF_FORMAT, "model_t
 calls transformers' own `from_pretrained` with `use_safetensors=True` and `trust_remote_code=False`, so the model is
 exactly what transformers would build from the original directory.
 
+A GGUF file (llama.cpp's format, quantised or not) is read with transformers' own GGUF loader, dequantised to
+float32 and registered the same way (gguf_to_registry); its sha256, quantisation type and GGUF metadata go into the
+version config under "gguf". Architectures transformers cannot read from GGUF, or reads as a family the engine does
+not serve, are refused with a clear error before anything is stored.
+
 Never unpickles: pickled checkpoints (pytorch_model.bin, *.pt, *.pth, *.ckpt, *.pkl) are refused with a clear error
 when they are the only weights (and ignored when safetensors sit beside them); a config that asks for remote code
 (auto_map) is refused; only the model families in FAMILIES are accepted."""
@@ -29,7 +34,23 @@ from services.common.errors import InvalidArgument
 HF_FORMAT = "praxon.hf-causal-lm/v1"
 REGISTRY_KIND = "hf-causal-lm"
 # model_type -> the transformers class built for it (explicit: no auto class can pull remote code)
-FAMILIES = {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}
+FAMILIES = {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel", "gemma3_text": "Gemma3ForCausalLM"}
+GGUF_MAGIC = b"GGUF"
+# Gemma's turn format (the GGUF of the pretrained base model carries no chat template; instruction-tuned Gemma
+# checkpoints use these turns, and the base model has the turn tokens in its vocabulary). A system message is put
+# at the start of the first user turn, as Gemma has no system role.
+GEMMA_CHAT_TEMPLATE = (
+    "{%- if messages and messages[0]['role'] == 'system' -%}"
+    "{%- set system = messages[0]['content'] + '\\n\\n' -%}{%- set messages = messages[1:] -%}"
+    "{%- else -%}{%- set system = '' -%}{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{- '<start_of_turn>' + role + '\\n' + (system if loop.first else '') + message['content'] | trim"
+    " + '<end_of_turn>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}")
+# model_type -> (chat template, extra end-of-turn tokens) for GGUF files that carry none
+GGUF_CHAT_DEFAULTS = {"gemma3_text": (GEMMA_CHAT_TEMPLATE, ["<end_of_turn>"])}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 TEXT_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
               "added_tokens.json", "chat_template.jinja")
@@ -218,3 +239,90 @@ def from_pretrained_objects(model, tokenizer) -> tuple[dict[str, torch.Tensor], 
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         return to_registry(read_directory(tmp), "model")
+
+
+def is_gguf(head: bytes) -> bool:
+    return head[:4] == GGUF_MAGIC
+
+
+def _sha256_file(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def gguf_metadata(path: str | os.PathLike, field: str = "path") -> dict[str, Any]:
+    """{"architecture", "name", "file_type", "tensor_types"} of a GGUF file (read with the gguf package, which maps
+    the file and reads only its header). InvalidArgument (naming `field`) when it is not a readable GGUF file."""
+    from collections import Counter
+
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+        fields = reader.fields
+
+        def value(key: str):
+            f = fields.get(key)
+            return f.contents() if f is not None else None
+
+        arch = value("general.architecture")
+        file_type = value("general.file_type")
+        types = Counter(t.tensor_type.name for t in reader.tensors)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the file's fault
+        raise InvalidArgument(field, f"not a readable GGUF file: {str(exc)[:200]}") from None
+    if not arch:
+        raise InvalidArgument(field, "the GGUF file names no general.architecture")
+    try:
+        ftype = gguf.LlamaFileType(int(file_type)).name if file_type is not None else "unknown"
+    except ValueError:
+        ftype = f"file_type {file_type}"
+    return {"architecture": str(arch), "name": str(value("general.name") or ""), "file_type": ftype,
+            "tensor_types": dict(sorted(types.items()))}
+
+
+def gguf_to_registry(path: str | os.PathLike, field: str = "path") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A GGUF file -> (tensors, version config), through transformers' GGUF loader (dequantised to float32). The
+    config records the file's sha256, quantisation type and tensor types under "gguf"."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = Path(path)
+    meta = gguf_metadata(src, field)
+    meta["sha256"] = _sha256_file(src)
+    with tempfile.TemporaryDirectory(prefix="praxon-gguf-") as tmp:
+        # a folder holding only the file, so transformers reads nothing else beside it
+        (Path(tmp) / "model.gguf").symlink_to(src.resolve())
+        try:
+            model = AutoModelForCausalLM.from_pretrained(tmp, gguf_file="model.gguf", dtype=torch.float32,
+                                                         trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(tmp, gguf_file="model.gguf", trust_remote_code=False)
+        except Exception as exc:  # noqa: BLE001 - transformers' GGUF loader raises many types for a file it can't read
+            raise InvalidArgument(field, f"transformers cannot load this GGUF file (architecture "
+                                  f"{meta['architecture']!r}): {str(exc)[:300]}") from None
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in FAMILIES:
+        raise InvalidArgument(field, f"the GGUF file holds a {model_type!r} model, which is not supported "
+                              f"(supported: {', '.join(sorted(FAMILIES))})")
+    # loaded from GGUF, transformers keeps a quantisation config that save_pretrained refuses; the weights are
+    # already dequantised
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    template, end_tokens = GGUF_CHAT_DEFAULTS.get(model_type, (None, []))
+    if template and not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = template
+        meta["chat_template"] = "praxon default for " + model_type
+    eos = model.generation_config.eos_token_id
+    eos = list(eos) if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else [])
+    for t in end_tokens:
+        i = tokenizer.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i != tokenizer.unk_token_id and i not in eos:
+            eos.append(i)
+    model.generation_config.eos_token_id = eos if len(eos) != 1 else eos[0]
+    tensors, config = from_pretrained_objects(model, tokenizer)
+    config["gguf"] = meta
+    return tensors, config

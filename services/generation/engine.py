@@ -9,8 +9,15 @@ finished and cancelled sequences, whose cache is dropped at once. A request neve
 
 Simplifications (said here, not hidden): prefill is not chunked (a long prompt delays the next decode step by its
 prefill); the decode step is written per family (Llama: RMSNorm/RoPE/GQA/SwiGLU; GPT-2: LayerNorm/learned
-positions/fused QKV) over the model's own modules, so its logits equal transformers' to float32 rounding, not bit for
-bit; cache memory is one buffer per sequence and layer (no paging).
+positions/fused QKV; Gemma 3: QK-norm, sandwich norms, a local and a global RoPE, sliding-window layers) over the
+model's own modules, so its logits equal transformers' to float32 rounding, not bit for bit; cache memory is one
+buffer per sequence and layer (no paging).
+
+Sliding-window layers (Gemma 3): a query at position p attends to the keys at positions (p - W, p], as transformers'
+mask does. Such a layer's buffer holds at most W tokens: after prefill the prompt's last W - 1 (what transformers'
+cache keeps), and each decode step writes the new token over the one that just left the window (attention does not
+depend on the order of the cached keys, whose positions are already applied by RoPE), so its cache never grows past
+W. Every cached token's position is kept, so this holds for compressed (ragged) caches too.
 
 Sampling follows transformers' order: temperature, then top-k, then top-p, then a multinomial draw with the
 request's own torch.Generator (seeded: the same seed gives the same tokens, whatever else is in the batch, up to
@@ -108,9 +115,14 @@ class _Adapter:
         cfg = model.config
         self.L = cfg.num_hidden_layers
         self.H = cfg.num_attention_heads
+        self.windows: list[int | None] = [None] * self.L  # a sliding layer's window W (None: global attention)
 
-    def layers(self):
-        raise NotImplementedError
+    def held(self, m: int) -> torch.Tensor:
+        """[L] tokens of an m-token prompt each layer holds after prefill (a sliding layer: its last W - 1)."""
+        return torch.tensor([m if w is None else min(m, w - 1) for w in self.windows], dtype=torch.int64)
+
+    def scale_of(self, layer: int) -> float:
+        return self.scale
 
 
 class LlamaAdapter(_Adapter):
@@ -191,6 +203,75 @@ class GPT2Adapter(_Adapter):
     def logits(self, h):
         return self.model.lm_head(self.model.transformer.ln_f(h))[:, -1].float()
 
+    def scale_of(self, layer: int) -> float:
+        return self.scales[layer]
+
+
+class Gemma3Adapter(_Adapter):
+    """Gemma 3 (text): embeddings scaled by sqrt(hidden) inside embed_tokens, QK-norm before RoPE, a RoPE per layer
+    type (local base for sliding layers, global for full-attention ones), norms before and after attention and MLP,
+    scale query_pre_attn_scalar ** -0.5, and sliding-window layers."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        from transformers.models.gemma3.modeling_gemma3 import apply_rotary_pos_emb
+
+        cfg = model.config
+        if getattr(cfg, "attn_logit_softcapping", None) is not None:
+            raise FailedPrecondition("Gemma models with attention logit soft-capping have no decode step in the local "
+                                     "engine", reason="UNSUPPORTED_MODEL_FAMILY")
+        self.rope = apply_rotary_pos_emb
+        a = model.model.layers[0].self_attn
+        self.D = a.head_dim
+        self.Hkv = cfg.num_key_value_heads
+        self.scale = a.scaling
+        self.types = list(cfg.layer_types)
+        self.windows = [cfg.sliding_window if t == "sliding_attention" else None for t in self.types]
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)
+
+    def _rope(self, h: torch.Tensor, pos: torch.Tensor) -> dict:
+        rot = self.model.model.rotary_emb
+        return {t: rot(h, pos, t) for t in set(self.types)}
+
+    def embed(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        h = self.model.model.embed_tokens(ids)[:, None, :]
+        return h, self._rope(h, pos[:, None])
+
+    def _q(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        a = self.model.model.layers[layer].self_attn
+        B, T = x.shape[:2]
+        return a.q_norm(a.q_proj(x).view(B, T, -1, self.D).transpose(1, 2))
+
+    def qkv(self, layer: int, h: torch.Tensor, extra) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        blk = self.model.model.layers[layer]
+        a = blk.self_attn
+        x = blk.input_layernorm(h)
+        B, T = x.shape[:2]
+        q = self._q(layer, x)
+        k = a.k_norm(a.k_proj(x).view(B, T, -1, self.D).transpose(1, 2))
+        v = a.v_proj(x).view(B, T, -1, self.D).transpose(1, 2)
+        cos, sin = extra[self.types[layer]]
+        q, k = self.rope(q, k, cos, sin)
+        return q, k, v
+
+    def queries(self, layer: int, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        blk = self.model.model.layers[layer]
+        q = self._q(layer, blk.input_layernorm(hidden))
+        cos, sin = self.model.model.rotary_emb(hidden, pos[None], self.types[layer])
+        q, _ = self.rope(q, q, cos, sin)
+        return q[0]
+
+    def finish_layer(self, layer: int, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        blk = self.model.model.layers[layer]
+        h = h + blk.post_attention_layernorm(blk.self_attn.o_proj(attn))
+        return h + blk.post_feedforward_layernorm(blk.mlp(blk.pre_feedforward_layernorm(h)))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        x = self.model.lm_head(self.model.model.norm(h))[:, -1].float()
+        if self.softcap is not None:
+            x = torch.tanh(x / self.softcap) * self.softcap
+        return x
+
 
 def adapter_for(model) -> _Adapter:
     kind = getattr(model.config, "model_type", "")
@@ -198,6 +279,8 @@ def adapter_for(model) -> _Adapter:
         return LlamaAdapter(model)
     if kind == "gpt2":
         return GPT2Adapter(model)
+    if kind == "gemma3_text":
+        return Gemma3Adapter(model)
     raise FailedPrecondition(f"model family {kind!r} has no decode step in the local engine",
                              reason="UNSUPPORTED_MODEL_FAMILY")
 
@@ -210,12 +293,15 @@ def _layer_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 # ------------------------------------------------------------------------------------------------ sequences
 class Sequence:
-    """A running request: its cache (per layer a buffer [Hkv, cap, D] and lengths [Hkv]) and its output."""
+    """A running request: its cache (per layer a buffer [Hkv, cap, D], the cached tokens' positions [Hkv, cap] and
+    lengths [Hkv]) and its output."""
 
-    def __init__(self, req: Request, k: list[torch.Tensor], v: list[torch.Tensor], lengths: torch.Tensor,
-                 full_tokens: int, kept_fraction: float, budgets: list[int], generator: torch.Generator | None):
+    def __init__(self, req: Request, k: list[torch.Tensor], v: list[torch.Tensor], positions: list[torch.Tensor],
+                 lengths: torch.Tensor, full_tokens: int, kept_fraction: float, budgets: list[int],
+                 generator: torch.Generator | None):
         self.req = req
         self.k, self.v, self.lengths = k, v, lengths  # lengths [L, Hkv] int64
+        self.positions = positions
         self.pos = len(req.prompt_ids)                   # position of the next token fed
         self.generated: list[int] = []
         self.emitted = 0                                 # chars of text released
@@ -251,7 +337,14 @@ class Engine:
         self.max_running, self.max_queued, self.retry_after_s = max_running, max_queued, retry_after_s
         cfg_ctx = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 2048)
         self.max_context = int(min(max_context or cfg_ctx, cfg_ctx))
-        self.eos = tokenizer.eos_token_id
+        # end-of-sequence ids: the tokenizer's and the generation config's (Gemma ends a chat turn with <end_of_turn>)
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        gen_eos = list(gen_eos) if isinstance(gen_eos, (list, tuple)) else [gen_eos]
+        self.eos_ids = {int(i) for i in [tokenizer.eos_token_id, *gen_eos] if i is not None}
+        bos = tokenizer.bos_token_id
+        # does the tokenizer's own encoding put BOS first? (its post-processor says so; a GGUF's add_bos_token)
+        self.bos_first = bos is not None and tokenizer("a")["input_ids"][:1] == [bos] != \
+            tokenizer("a", add_special_tokens=False)["input_ids"][:1]
         self.backend = backend
         self.name = name
         self.waiting: deque[Request] = deque()
@@ -287,7 +380,12 @@ class Engine:
             self._thread = None
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """Token ids of a prompt, with the BOS token first when the tokenizer is configured to add it (Gemma and
+        Llama checkpoints are trained that way and go wrong without it); no other special token is added."""
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if self.bos_first and ids[:1] != [self.tokenizer.bos_token_id]:
+            ids.insert(0, self.tokenizer.bos_token_id)
+        return ids
 
     def check(self, prompt_ids: list[int], sampling: SamplingParams, field: str = "prompt") -> None:
         if not prompt_ids:
@@ -399,11 +497,18 @@ class Engine:
         ids = torch.tensor([req.prompt_ids], dtype=torch.long)
         m = ids.shape[1]
         out = self.model(input_ids=ids, use_cache=True, output_hidden_states=pol.compresses)
-        cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
-        keys = torch.stack([_layer_kv(cache, l_)[0][0] for l_ in range(a.L)])    # [L, Hkv, m, D]
-        values = torch.stack([_layer_kv(cache, l_)[1][0] for l_ in range(a.L)])
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        layer_k = [_layer_kv(cache, l_)[0][0] for l_ in range(a.L)]    # [Hkv, held_l, D]: a sliding layer's last W-1
+        layer_v = [_layer_kv(cache, l_)[1][0] for l_ in range(a.L)]
+        held = torch.tensor([t.shape[1] for t in layer_k], dtype=torch.int64)
+        hkv = layer_k[0].shape[0]
         budgets: list[int] = []
         if pol.compresses:
+            keys = layer_k[0].new_zeros((a.L, hkv, m, layer_k[0].shape[-1]))
+            values = layer_v[0].new_zeros((a.L, hkv, m, layer_v[0].shape[-1]))
+            for l_ in range(a.L):
+                keys[l_, :, m - int(held[l_]):] = layer_k[l_]
+                values[l_, :, m - int(held[l_]):] = layer_v[l_]
             tau = min(pol.observation_window, m)
             pos = torch.arange(m)
             hs = out.hidden_states  # hs[l] is layer l's input
@@ -413,29 +518,53 @@ class Engine:
             elif pol.policy == "h2o":
                 q_all = torch.stack([a.queries(l_, hs[l_], pos) for l_ in range(a.L)])
             c = compress(pol, keys, values, q_tail.to(keys.dtype) if q_tail is not None else None,
-                         q_all.to(keys.dtype) if q_all is not None else None, a.scale)
-            keys, values, lengths = c.k, c.v, c.lengths
+                         q_all.to(keys.dtype) if q_all is not None else None, a.scale, held=held)
+            lengths = c.lengths
+            layer_k, layer_v, layer_pos = list(c.k), list(c.v), list(c.positions)
             budgets = [int(b) for b in c.budgets]
         else:
-            lengths = torch.full((a.L, keys.shape[1]), m, dtype=torch.int64)
-        cap = int(lengths.max()) + req.sampling.max_new_tokens + 1
-        kbuf, vbuf = [], []
+            lengths = held[:, None].expand(a.L, hkv).clone()
+            layer_pos = [torch.arange(m - int(n), m).expand(hkv, int(n)) for n in held]
+        kbuf, vbuf, pbuf = [], [], []
         for l_ in range(a.L):
-            kb = keys.new_zeros((keys.shape[1], cap, keys.shape[-1]))
-            vb = values.new_zeros((values.shape[1], cap, values.shape[-1]))
-            n = keys.shape[2]
-            kb[:, :n] = keys[l_]
-            vb[:, :n] = values[l_]
+            n = int(lengths[l_].max())
+            cap = n + req.sampling.max_new_tokens + 1
+            if a.windows[l_] is not None:
+                cap = max(min(cap, a.windows[l_]), n + 1)
+            kt, vt = layer_k[l_][:, :n], layer_v[l_][:, :n]
+            kb = kt.new_zeros((hkv, cap, kt.shape[-1]))
+            vb = vt.new_zeros((hkv, cap, vt.shape[-1]))
+            pb = torch.full((hkv, cap), -1, dtype=torch.int64)
+            kb[:, :n], vb[:, :n], pb[:, :n] = kt, vt, layer_pos[l_][:, :n]
             kbuf.append(kb)
             vbuf.append(vb)
+            pbuf.append(pb)
         gen = None
         if req.sampling.temperature > 0:
             gen = torch.Generator()
             gen.manual_seed(req.sampling.seed if req.sampling.seed is not None else
                             int.from_bytes(os.urandom(6), "little"))
-        kept = float(lengths.sum()) / float(lengths.numel() * m)
-        seq = Sequence(req, kbuf, vbuf, lengths, m, kept, budgets, gen)
+        kept = float(lengths.sum()) / float(hkv * held.sum())
+        seq = Sequence(req, kbuf, vbuf, pbuf, lengths, m, kept, budgets, gen)
         return seq, out.logits[:, -1].float()
+
+    def _append(self, s: Sequence, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write the fed token's key and value [Hkv, D] into the sequence's layer cache: appended, or in a sliding
+        layer over the token that has just left the window (at most one leaves per step and head)."""
+        ln = s.lengths[layer]
+        heads = torch.arange(ln.numel())
+        slot, grown = ln, ln + 1
+        window = self.adapter.windows[layer]
+        if window is not None:
+            pb = s.positions[layer]
+            live = torch.arange(pb.shape[1])[None, :] < ln[:, None]
+            oldest, at = pb.masked_fill(~live, torch.iinfo(torch.int64).max).min(dim=1)
+            left = live.any(dim=1) & (oldest <= s.pos - window)
+            slot, grown = torch.where(left, at, ln), torch.where(left, ln, ln + 1)
+        s.k[layer][heads, slot] = k
+        s.v[layer][heads, slot] = v
+        s.positions[layer][heads, slot] = s.pos
+        s.lengths[layer] = grown
 
     def _decode_step(self) -> None:
         a = self.adapter
@@ -448,11 +577,7 @@ class Engine:
             q, k, v = a.qkv(l_, h, extra)  # [B, H|Hkv, 1, D]
             M = 0
             for b, s in enumerate(seqs):
-                ln = s.lengths[l_]
-                idx = ln  # append at each head's own length
-                s.k[l_][torch.arange(ln.numel()), idx] = k[b, :, 0]
-                s.v[l_][torch.arange(ln.numel()), idx] = v[b, :, 0]
-                s.lengths[l_] = ln + 1
+                self._append(s, l_, k[b, :, 0], v[b, :, 0])
                 M = max(M, int(s.lengths[l_].max()))
             hk = seqs[0].k[l_].shape[0]
             K = k.new_zeros((B, hk, M, k.shape[-1]))
@@ -463,8 +588,7 @@ class Engine:
                 K[b, :, :n] = s.k[l_][:, :n]
                 V[b, :, :n] = s.v[l_][:, :n]
                 lens[b] = s.lengths[l_]
-            scale = a.scales[l_] if isinstance(a, GPT2Adapter) else a.scale
-            o = decode_attention(q[:, :, 0].contiguous(), K, V, lens, scale, backend=self.backend)  # [B, H, D]
+            o = decode_attention(q[:, :, 0].contiguous(), K, V, lens, a.scale_of(l_), backend=self.backend)
             h = a.finish_layer(l_, h, o.reshape(B, 1, -1))
         logits = a.logits(h)
         self.steps += 1
@@ -507,7 +631,7 @@ class Engine:
             s.first_token_at = now
             self.ttft.append(now - s.req.submitted)
         self.tokens_out += 1
-        is_eos = tok == self.eos and not sp.ignore_eos
+        is_eos = tok in self.eos_ids and not sp.ignore_eos
         text = self.tokenizer.decode(s.generated, skip_special_tokens=True)
         delta, stop_at = "", -1
         if sp.stop:
@@ -554,11 +678,12 @@ class Engine:
         # the tokens an uncompressed cache holds now: the prompt and every generated token but the last, whose keys
         # and values are never computed (nothing is decoded after it)
         cached = s.full_tokens + max(len(s.generated) - 1, 0)
-        full = cached * a.L * s.k[0].shape[0] * (s.k[0].shape[-1] + s.v[0].shape[-1]) * elem
+        per_layer = sum(cached if w is None else min(cached, w) for w in a.windows)  # a sliding layer holds <= W
+        full = per_layer * s.k[0].shape[0] * (s.k[0].shape[-1] + s.v[0].shape[-1]) * elem
         held = s.cache_bytes()
         text = s.final_text if s.final_text is not None else self.tokenizer.decode(s.generated,
                                                                                    skip_special_tokens=True)
-        s.k, s.v = [], []  # drop the cache now
+        s.k, s.v, s.positions = [], [], []  # drop the cache now
         self.freed_sequences += 1
         ttft = (s.first_token_at - s.req.submitted) if s.first_token_at else 0.0
         s.req.on_event(Finished(s.finish or "error", text, list(s.generated), len(s.req.prompt_ids),
