@@ -24,23 +24,26 @@ import warnings
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from services.design.gameopt.optimizer import METHODS, GameOptConfig, run_loop
 from services.design.gameopt.oracles import Ehrlich
 
 CHECKPOINTS = (20, 50, 120)
+# issue 36: v=20 L=12 c=2 k=3, v=20 L=32 c=4 k=4, and holo-bench's paper settings v=32 c=4 k=4 at L=32 and L=128
+SIZES = ("20x12x2x3", "20x32x4x4", "32x32x4x4", "32x128x4x4")
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="20x12x2x4,20x32x2x4,20x32x4x4")
+    ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=120)
     ap.add_argument("--batch-size", type=int, default=10)
-    ap.add_argument("--n-init", type=int, default=10)
+    ap.add_argument("--n-init", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=400, help="Hedge rounds per game")
-    ap.add_argument("--games", type=int, default=0, help="games per batch (0: one per suggestion)")
+    ap.add_argument("--games", type=int, default=0, help="games per batch (0: GameOpt's default, 3)")
     ap.add_argument("--trust-radius", type=int, default=2,
                     help="Hamming trust region around the best observed sequence for GameOpt and the surrogate-based "
                          "baselines (0: none)")
@@ -48,6 +51,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
+    threadpool_limits(limits=1, user_api="blas")
     cfg = GameOptConfig(rounds=args.rounds, games=args.games)
     radius = args.trust_radius or None
     # the initial sequences' best (every method's starting point), the issue's checkpoints, and the budget

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from services.common.errors import Cancelled
 from services.common.jobcontext import InMemoryJobContext
-from services.design.gameopt.games import Players, best_response, hedge
+from services.design.gameopt.feasibility import FeasibilityModel
+from services.design.gameopt.games import PROB_FLOOR, Players, best_response, hedge
 from services.design.gameopt.gp import Surrogate
 from services.design.gameopt.jobs import run_suggestion
 from services.design.gameopt.optimizer import GameOpt, GameOptConfig, run_loop, suggest_baseline, trust_region
@@ -29,6 +30,34 @@ def _surrogate(space: SequenceSpace, n: int, seed: int) -> tuple[Surrogate, np.n
     w = rng.standard_normal((space.length, space.size))
     y = w[np.arange(space.length)[None], X].sum(-1) + 0.5 * (X[:, 0] == X[:, -1])
     return Surrogate(X, y, space.size, seed=seed), X, y
+
+
+@pytest.mark.parametrize("noise_std", [None, 0.3])
+def test_the_fast_posterior_is_botorchs_posterior(noise_std):
+    """gp.py computes the one-hot RBF posterior itself (a cached Cholesky factor, single-site deviations by a
+    per-site factor); it must be BoTorch's: mean, std, every single-site deviation, and the joint covariance."""
+    import torch
+
+    space = SequenceSpace("ACDEFGHIK", 7)
+    rng = np.random.default_rng(11)
+    X = space.random(rng, 30)
+    y = (X == 2).sum(-1) + 0.3 * rng.standard_normal(30)
+    sur = Surrogate(X, y, space.size, noise_std=noise_std, seed=0)
+    assert sur.fast is not None
+    Z = space.random(rng, 40)
+    with torch.no_grad():
+        post = sur.model.posterior(torch.as_tensor(Z, dtype=torch.float64))
+        mu0, sd0 = post.mean.squeeze(-1).numpy(), post.variance.sqrt().squeeze(-1).numpy()
+        cov0 = post.covariance_matrix.numpy()
+    mu, sd = sur.mean_std(Z)
+    assert np.allclose(mu, mu0, atol=1e-8) and np.allclose(sd, sd0, atol=1e-8)
+    x = Z[0]
+    D, _ = Players.of(space).deviations(x)
+    mu_d, sd_d = sur.single_site(x)
+    mu1, sd1 = sur.mean_std(D)
+    assert np.allclose(mu_d.ravel(), mu1, atol=1e-10) and np.allclose(sd_d.ravel(), sd1, atol=1e-10)
+    column, _ = sur.cov_columns(Z)
+    assert np.allclose(np.stack([column(j) for j in range(len(Z))], 1), cov0, atol=1e-8)
 
 
 def test_best_response_stops_where_no_single_site_change_raises_ucb():
@@ -95,12 +124,93 @@ def test_when_every_equilibrium_is_already_observed_the_batch_is_its_best_neighb
 def test_hedge_regret_falls_with_rounds():
     space = SequenceSpace("ACDEF", 5)
     sur, _, _ = _surrogate(space, 15, seed=3)
-    res = hedge(lambda Z: sur.ucb(Z, 2.0), space, space.random(np.random.default_rng(1), 1)[0], rounds=300,
+    res = hedge(lambda Z: sur.ucb(Z, 2.0), space, space.random(np.random.default_rng(1), 1)[0], rounds=400,
                 eta=0.5, tail=30, rng=np.random.default_rng(4))
     r = np.array(res.regret)
-    assert len(r) == 300 and np.all(np.isfinite(r))
-    assert r[299] < 0.5 * r[9] and r[299] < r[49]  # the empirical play approaches a coarse correlated equilibrium
+    assert len(r) == 400 and np.all(np.isfinite(r))
+    assert r[399] < 0.5 * r[9] and r[399] < r[49]  # the empirical play approaches a coarse correlated equilibrium
     assert len(res.candidates) >= 1 and space.feasible(res.candidates).all()
+
+
+def test_hedge_probability_floor_keeps_every_letter_alive():
+    """The official code adds 1e-5 to every probability before sampling: however lopsided the payoffs, no letter's
+    probability reaches 0 (without the floor, 400 rounds of a 50-unit payoff gap give exp(-1000) = 0.0)."""
+    space = SequenceSpace("ACDEFGHIK", 4)
+    table = lambda Z: 50.0 * (Z == 0).sum(-1)  # noqa: E731  letter A everywhere is worth 50 units a site
+    res = hedge(table, space, np.array([3, 3, 3, 3]), rounds=400, eta=0.5, scale=1.0, rng=np.random.default_rng(0))
+    for p in res.mixed:
+        assert p.argmax() == 0 and p[0] > 0.999
+        assert p.min() >= PROB_FLOOR / (1 + PROB_FLOOR * len(p)) * 0.999 and p.min() > 0
+    assert (res.plays[-50:] == 0).all()  # the play has converged on the best letters all the same
+    # the floor is what keeps them: the same weights without it underflow
+    logw = 0.5 * 50.0 * 400
+    assert np.exp(-logw) == 0.0
+
+
+def test_hedge_enforces_the_trust_region_inside_the_game():
+    """Trust region of radius 2 around a centre: every round's play stays within it, because each player chooses
+    among the letters that keep it there (no repair); and which edits are made is the payoff's choice: with two
+    sites worth changing and a budget of two, the game ends on exactly those two edits, while a play that repaired
+    random edits back would keep others."""
+    alphabet = "ACDEFGHIK"
+    centre = "AAAAAAAA"
+    space = SequenceSpace(alphabet, 8, parents=(centre,), max_edits=2)
+    gain = np.zeros((8, 9))
+    gain[2, 5] = 3.0  # site 2 -> G
+    gain[6, 8] = 2.0  # site 6 -> K
+    gain[:, 1:] += 0.5  # every other edit is worth a little
+    table = lambda Z: gain[np.arange(8)[None, :], Z].sum(-1)  # noqa: E731
+    res = hedge(table, space, np.zeros(8, dtype=np.int64), rounds=200, tail=10, rng=np.random.default_rng(1))
+    edits = (res.plays != 0).sum(-1)
+    assert (edits <= 2).all() and space.feasible(res.plays).all()
+    last = res.plays[-10:]
+    assert (last[:, 2] == 5).all() and (last[:, 6] == 8).all(), last
+
+
+def test_feasibility_model_learns_which_features_fail():
+    """Half the space fails (letter A or C at site 0, unknown to the optimizer); after 40 observations the model
+    gives the failing half a far lower P(feasible), and its single-site table is its log P of each deviation."""
+    space = SequenceSpace("ACDE", 6)
+    rng = np.random.default_rng(0)
+    X = space.random(rng, 40)
+    ok = X[:, 0] >= 2
+    m = FeasibilityModel(X, ok, space.size)
+    Z = space.random(rng, 400)
+    p = np.exp(m.log_prob(Z))
+    assert p[Z[:, 0] >= 2].mean() > 0.7 and p[Z[:, 0] < 2].mean() < 0.2, (p[Z[:, 0] >= 2].mean(), p[Z[:, 0] < 2].mean())
+    x = Z[0]
+    D, _ = Players.of(space).deviations(x)
+    assert np.allclose(m.single_site(x).ravel(), m.log_prob(D))
+
+
+def test_failed_observations_are_kept_and_learned_from():
+    """A campaign where half the space fails: the failures are passed as NaN, not zeros. GameOpt fits its GP on the
+    rest (the surrogate never sees a made-up value) and its batches avoid the failing half: with the feasibility
+    model at least 80% of the suggestions succeed; with it off (UCB alone) fewer do. 3 seeds x 4 rounds."""
+    space = SequenceSpace("ACDEFGHI", 6)
+    fails = lambda Z: np.isin(Z[:, 0], [0, 1, 2, 3])  # noqa: E731  half of the letters at site 0
+    value = lambda Z: (Z == 4).sum(-1) + 0.5 * (Z[:, 0] == 0)  # noqa: E731  the failing half even looks better
+    share = {}
+    for learn in (True, False):
+        good = []
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            X = space.random(rng, 12)
+            y = np.where(fails(X), np.nan, value(X).astype(float))
+            for r in range(4):
+                opt = GameOpt(space, X, y, 6, GameOptConfig(solver="hedge", rounds=60, learn_feasibility=learn),
+                              seed=seed * 10 + r)
+                B = np.array([s.sequence for s in opt.suggest()])
+                if learn:
+                    assert np.isnan(opt.y).sum() == np.isnan(y).sum() and len(opt.surrogate.model.train_targets) \
+                        == int(np.isfinite(y).sum())
+                    assert opt.acquisition.feasibility is not None
+                if r > 0:
+                    good += list(~fails(B))
+                X = np.concatenate([X, B])
+                y = np.concatenate([y, np.where(fails(B), np.nan, value(B).astype(float))])
+        share[learn] = float(np.mean(good))
+    assert share[True] >= 0.8 and share[True] > share[False], share
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -118,7 +228,7 @@ def test_hedge_play_is_an_eps_equilibrium_with_eps_shrinking_in_the_rounds(seed)
     start = space.random(np.random.default_rng(seed), 1)[0]
     cce, nash = [], []
     for T in (10, 40, 160, 640):
-        h = hedge(table, space, start, rounds=T, eta=0.5, tail=5, rng=np.random.default_rng(seed))
+        h = hedge(table, space, start, rounds=T, eta=0.5, tail=5, rng=np.random.default_rng(seed), scale=1.0)
         P = h.plays
         assert P.shape == (T, 3)
         realised = table(P).mean()

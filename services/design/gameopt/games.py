@@ -1,21 +1,33 @@
 """GameOpt's games (Bal et al., "Optimistic Games for Combinatorial Bayesian Optimization with Application to Protein
-Design"): players are sites (or groups of sites), a player's strategies are the letters (the joint letters of its
-group), and all players share one payoff, the UCB of the GP surrogate. Two equilibrium solvers:
+Design", ICLR 2025): players are sites (or groups of sites), a player's strategies are the letters (the joint letters
+of its group), and all players share one payoff, the acquisition of the GP surrogate (UCB, times the probability of
+feasibility once something has failed; see optimizer.Acquisition). Two equilibrium solvers:
 
-- `best_response`: iterated best response. From a feasible start, move to the best single-player change (over all
-  players and their feasible strategies) while it raises the payoff; it stops at a pure Nash equilibrium: no player
-  can raise UCB by changing its own letters (for single-site players: no single-site change raises UCB).
-- `hedge`: every player runs Hedge (multiplicative weights) on its strategies. Each round each player samples a
-  strategy from its weights; the joint sample is projected onto the feasible set (`SequenceSpace.repair`); for every
-  player and every alternative strategy the payoff with only that player changed is scored, and the player's weights
-  are multiplied by exp(eta * payoff). The empirical distribution of joint samples approaches a coarse correlated
-  equilibrium; the distinct joint samples of the last rounds (and the weights' mode) are the game's candidates.
-  The measured regret (the best fixed deviation's average payoff minus the realised average, maximised over
-  players) is returned per round.
+- `best_response`: iterated best response. From a feasible start, move to the best feasible single-player change
+  (over all players) while it raises the payoff; it stops at a pure Nash equilibrium: no player can raise the payoff
+  by changing its own letters among those that keep the sequence feasible.
+- `hedge`: every player runs Hedge (multiplicative weights), as the paper's code does (solvers/cce.py of
+  melisilaydabal/gameopt): weights start uniform; each round each player's probabilities get a floor (p + 1e-5,
+  renormalised, so no letter's probability ever reaches 0) and the player samples a letter; then for every player
+  and every letter the payoff of the round's play with only that player changed is scored (the counterfactual,
+  whether or not that change is feasible) and the player's log-weights grow by eta * payoff / scale (scale 10: the
+  official code rescales the UCB as (UCB + 5) / 10 for its ESM-oracle tasks; the shift does not change Hedge). The
+  empirical distribution of the joint plays approaches a coarse correlated equilibrium; the distinct plays of the
+  last `tail` rounds (10, as the code's last_nb_rounds = 11) and the weights' mode are the game's candidates. The
+  measured regret (best fixed deviation's average payoff minus the realised average, maximised over players) is
+  returned per round.
 
-Constraints: a deviation that would make the sequence infeasible is not a move (best response never takes it; in
-Hedge it earns the round's lowest feasible payoff, so its weight falls without being erased for good).
-`payoff(X) -> (n,)` scores integer-coded sequences (the surrogate's UCB)."""
+Constraints, declared ones and the trust region alike, are enforced inside the game, not by repairing a sampled
+sequence afterwards: each round the players move one at a time in a random order, each choosing only among the
+letters that keep the sequence feasible given the others' current letters (`SequenceSpace.single_site_feasible`),
+from their weights restricted to those letters. The play therefore stays feasible every round (the start is), and
+which edits a trust region lets through is decided by the players' weights, not at random: under an edit budget
+(one parent and max_edits: the trust region) each round's play is built from the parent, the players taking their
+turns in the order of what a change gained them in the last round's counterfactuals, so the budget goes to the
+changes worth most instead of to whichever edits were made first. Best response takes
+only feasible moves. `payoff(X) -> (n,)` scores integer-coded sequences; when it also has `single_site(x) -> (L, A)`
+(the payoff of x with site s set to letter a, for every s, a) and the players are single sites, a round scores
+all deviations with one call (the GP's cached Cholesky factor, gp.py)."""
 from __future__ import annotations
 
 import itertools
@@ -28,6 +40,7 @@ from services.design.gameopt.space import SequenceSpace
 
 Payoff = Callable[[np.ndarray], np.ndarray]
 MAX_STRATEGIES = 4096
+PROB_FLOOR = 1e-5  # the official code's epsilon added to every probability before sampling
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,30 @@ class GameResult:
     mixed: list[np.ndarray] = field(default_factory=list)
 
 
+def _single_sites(players: Players) -> bool:
+    return all(len(g) == 1 for g in players.groups)
+
+
+def deviation_payoffs(payoff: Payoff, space: SequenceSpace, players: Players, x: np.ndarray) -> list[np.ndarray]:
+    """Per player, the payoff of x with that player's strategy replaced by each of its strategies (feasible or not)."""
+    table = getattr(payoff, "single_site", None)
+    if table is not None and _single_sites(players):
+        T = table(x)  # (L, A)
+        return [T[g[0], S[:, 0]] for g, S in zip(players.groups, players.strategies, strict=False)]
+    X, owner = players.deviations(x)
+    u = payoff(X)
+    return [u[owner == p] for p in range(len(players.groups))]
+
+
+def _allowed(space: SequenceSpace, players: Players, p: int, x: np.ndarray) -> np.ndarray:
+    g, S = players.groups[p], players.strategies[p]
+    if len(g) == 1:
+        return space.single_site_feasible(x, g[0], S[:, 0])
+    X = np.repeat(x[None], len(S), 0)
+    X[:, list(g)] = S
+    return space.feasible(X)
+
+
 def best_response(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players | None = None,
                   max_moves: int = 1000, tol: float = 1e-9) -> GameResult:
     players = players or Players.of(space)
@@ -94,88 +131,91 @@ def best_response(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players:
     if not space.feasible(x)[0]:
         raise ValueError("best_response needs a feasible start")
     current = float(payoff(x[None])[0])
-    visited = [x.copy()]
-    values = [current]
     moves = 0
     for moves in range(1, max_moves + 1):
-        X, _ = players.deviations(x)
-        ok = deviation_feasible(space, players, x, X)
-        if not ok.any():
-            break
-        u = payoff(X[ok])
-        j = int(np.argmax(u))
-        if u[j] <= current + tol:
+        U = deviation_payoffs(payoff, space, players, x)
+        best_p, best_j, best_u = -1, -1, current + tol
+        for p, up in enumerate(U):
+            ok = _allowed(space, players, p, x)
+            if ok.any():
+                j = int(np.flatnonzero(ok)[np.argmax(up[ok])])
+                if up[j] > best_u:
+                    best_p, best_j, best_u = p, j, float(up[j])
+        if best_p < 0:
             moves -= 1
             break
-        x, current = X[ok][j].copy(), float(u[j])
-        visited.append(x.copy())
-        values.append(current)
-    return GameResult(candidates=np.array(visited[-1:]), payoffs=np.array(values[-1:]), equilibrium=x,
-                      rounds=moves)
+        x[list(players.groups[best_p])] = players.strategies[best_p][best_j]
+        current = float(payoff(x[None])[0])
+    return GameResult(candidates=x[None].copy(), payoffs=np.array([current]), equilibrium=x, rounds=moves)
 
 
-def _softmax_sample(logw: np.ndarray, rng: np.random.Generator) -> int:
+def floored(logw: np.ndarray, floor: float = PROB_FLOOR) -> np.ndarray:
+    """A player's probabilities from its log-weights, with the floor: (p + floor) / (1 + floor * S)."""
     p = np.exp(logw - logw.max())
     p /= p.sum()
-    return int(rng.choice(len(p), p=p))
+    p = p + floor
+    return p / p.sum()
 
 
 def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players | None = None,
-          rounds: int = 400, eta: float = 0.5, tail: int = 50, rng: np.random.Generator | None = None
-          ) -> GameResult:
-    """Hedge for every player. The weights start uniform except a small bias toward x0's letters (so the first game
-    of a batch starts from the best observed point, as GameOpt's does)."""
+          rounds: int = 400, eta: float = 0.5, tail: int = 10, rng: np.random.Generator | None = None,
+          scale: float = 10.0, floor: float = PROB_FLOOR) -> GameResult:
+    """Hedge for every player from uniform weights; x0 (feasible) is the play before the first round (the players
+    then move from it, one at a time, within the constraints)."""
     players = players or Players.of(space)
     rng = rng or np.random.default_rng(0)
-    x0 = np.asarray(x0, dtype=np.int64)
-    logw = []
-    for g, S in zip(players.groups, players.strategies, strict=False):
-        w = np.zeros(len(S))
-        w[(S == x0[list(g)]).all(-1)] = eta  # one round's worth of preference for the start
-        logw.append(w)
+    x = np.array(x0, dtype=np.int64, copy=True)
+    if not space.feasible(x)[0]:
+        y = space.repair(x, rng)
+        if y is None:
+            raise ValueError("hedge needs a start that can be made feasible")
+        x = y
+    n_players = len(players.groups)
+    logw = [np.zeros(len(S)) for S in players.strategies]
     cum_dev = [np.zeros(len(S)) for S in players.strategies]
     cum_real = 0.0
     regret: list[float] = []
-    last = x0 if space.feasible(x0)[0] else space.repair(x0, rng)
-    if last is None:
-        raise ValueError("hedge needs a start that can be made feasible")
     samples: list[np.ndarray] = []
-    plays = np.zeros((rounds, len(x0)), dtype=np.int64)
+    plays = np.zeros((rounds, len(x)), dtype=np.int64)
+    # under an edit budget (a trust region: one parent, max_edits) each round's play is built from the parent, so
+    # an edit made once does not hold the budget for good; players move in the order of how much a change gained
+    # them in the last round's counterfactuals (random among equals: the first round is a random order)
+    parents = space.parent_array
+    base = parents[0] if len(parents) == 1 and space.max_edits is not None and space.feasible(parents[0])[0] \
+        else None
+    gain = np.zeros(n_players)
     for t in range(1, rounds + 1):
-        x = last.copy()
-        for p, (g, S) in enumerate(zip(players.groups, players.strategies, strict=False)):
-            x[list(g)] = S[_softmax_sample(logw[p], rng)]
-        if not space.feasible(x)[0]:
-            y = space.repair(x, rng)
-            x = y if y is not None else last.copy()
-        last = x
+        if base is not None:
+            x = base.copy()
+        for p in np.lexsort((rng.random(n_players), -gain)):
+            q = floored(logw[p], floor) * _allowed(space, players, p, x)
+            j = int(rng.choice(len(q), p=q / q.sum()))
+            x[list(players.groups[p])] = players.strategies[p][j]
         plays[t - 1] = x
-        X, owner = players.deviations(x)
-        ok = deviation_feasible(space, players, x, X)
-        u = np.empty(len(X))
-        u[ok] = payoff(X[ok])
-        floor = float(u[ok].min()) if ok.any() else 0.0
-        u[~ok] = floor
-        realised = float(payoff(x[None])[0])
+        U = deviation_payoffs(payoff, space, players, x)
+        ref = x if base is None else base
+        gain = np.array([float(U[p].max() - U[p][(S == ref[list(g)]).all(-1)].max())
+                         for p, (g, S) in enumerate(zip(players.groups, players.strategies, strict=False))])
+        # the realised payoff is every player's own-strategy entry (all equal: one shared payoff)
+        g0, S0 = players.groups[0], players.strategies[0]
+        realised = float(U[0][int(np.flatnonzero((S0 == x[list(g0)]).all(-1))[0])])
         cum_real += realised
         worst = 0.0
-        for p in range(len(players.groups)):
-            up = u[owner == p]
-            logw[p] += eta * up
-            cum_dev[p] += up
+        for p in range(n_players):
+            logw[p] += (eta / scale) * U[p]
+            cum_dev[p] += U[p]
             worst = max(worst, float(cum_dev[p].max() - cum_real) / t)
         regret.append(worst)
         if t > rounds - tail:
             samples.append(x.copy())
-    mode = np.array(last, copy=True)
-    for p, (g, S) in enumerate(zip(players.groups, players.strategies, strict=False)):
-        mode[list(g)] = S[int(np.argmax(logw[p]))]
-    if not space.feasible(mode)[0]:
-        repaired = space.repair(mode, rng)
-        mode = repaired if repaired is not None else last
+    # the weights' mode, placed player by player within the constraints (most confident players first)
+    mode = x.copy()
+    for p in np.argsort([-floored(w, floor).max() for w in logw]):
+        q = floored(logw[p], floor) * _allowed(space, players, p, mode)
+        mode[list(players.groups[p])] = players.strategies[p][int(np.argmax(q))]
     samples.append(mode)
     uniq = {s.tobytes(): s for s in samples}
     C = np.array(list(uniq.values()), dtype=np.int64)
-    mixed = [np.exp(w - w.max()) / np.exp(w - w.max()).sum() for w in logw]
+    mixed = [floored(w, floor) for w in logw]
     return GameResult(candidates=C, payoffs=payoff(C), equilibrium=mode, rounds=rounds, regret=regret, plays=plays,
                       mixed=mixed)

@@ -10,6 +10,15 @@ a known noise level becomes a fixed noise variance, otherwise the noise is fitte
 change in the suggestions that is rarely visible).
 
 The UCB payoff is mu(x) + beta * sigma(x) of the posterior (latent function, without observation noise).
+
+Speed (issue 36; profiled first: 34 ms of a 35 ms Hedge round at L = 32 was GPyTorch rebuilding the test covariance
+of 640 one-hot deviations through `posterior`): for the one-hot kernel the posterior is computed here from the fitted
+hyperparameters, with the Cholesky factor of the training covariance (and K^-1 y, K^-1) formed once per fit and
+reused for every query. The RBF over one-hot vectors has log k(x, x') = -sum over sites where x and x' differ of
+(w[s, x_s] + w[s, x'_s]), w = 1 / (2 l^2), so every single-site change of a sequence x (the deviations a game scores
+each round) is k(x, X_n) times a per-(site, letter, observation) factor: `single_site` scores all L x A deviations in
+O(L A n + L A n^2) without building any one-hot matrix. `cross_cov` gives the joint posterior covariance the batch
+selection hallucinates with (GP-BUCB). The test suite checks all three against BoTorch's own posterior.
 On CUDA the project's kernels.pairwise_kernel is not used: BoTorch/GPyTorch compute the covariance (the kernel's
 lengthscales, the one-hot transform and the marginal-likelihood fit are all theirs), and at campaign sizes (n up to a
 few thousand observations, 20 x L one-hot features) the GP solve, not the covariance, is the cost."""
@@ -18,6 +27,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.linalg
 import torch
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
@@ -79,9 +89,13 @@ class Surrogate:
                 warnings.simplefilter("ignore")
                 fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
         self.model.eval()
+        self.fast = _OneHotPosterior(self.model, X, train_Y.squeeze(-1).numpy(), alphabet_size) \
+            if kernel == "onehot" else None
 
     def mean_std(self, X: np.ndarray | torch.Tensor, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the latent function, in standardised units."""
+        if self.fast is not None:
+            return self.fast.mean_std(np.asarray(X))
         Xt = torch.as_tensor(np.atleast_2d(np.asarray(X)), dtype=DTYPE)
         means, stds = [], []
         with torch.no_grad():
@@ -99,3 +113,93 @@ class Surrogate:
 
     def to_original(self, mu: np.ndarray) -> np.ndarray:
         return mu * self.y_std + self.y_mean
+
+    def single_site(self, x: np.ndarray, beta: float = 2.0) -> tuple[np.ndarray, np.ndarray] | None:
+        """(L, A) posterior mean and standard deviation of x with site s set to letter a, for every (s, a); None
+        when the kernel has no fast path."""
+        return None if self.fast is None else self.fast.single_site(np.asarray(x, dtype=np.int64))
+
+
+    def cov_columns(self, C: np.ndarray):
+        """For the rows of C: a function j -> (m,) posterior covariance of every row with row j, and the
+        observation noise variance (standardised units)."""
+        C = np.atleast_2d(np.asarray(C, dtype=np.int64))
+        if self.fast is not None:
+            f = self.fast
+            Kc = np.exp(f.log_k(C))
+            B = Kc @ f.Kinv
+            return (lambda j: np.exp(f.log_k(C, C[j:j + 1]))[:, 0] - B @ Kc[j]), f.noise
+        with torch.no_grad():
+            cov = self.model.posterior(torch.as_tensor(C, dtype=DTYPE)).covariance_matrix.numpy()
+        return (lambda j: cov[:, j]), float(self.model.likelihood.noise.mean())
+
+
+class _OneHotPosterior:
+    """The exact posterior of a fitted SingleTaskGP with an RBF (ARD) kernel over one-hot letters, outputscale 1
+    (BoTorch's default covariance), constant mean, Gaussian noise; computed in numpy from its hyperparameters."""
+
+    def __init__(self, model: SingleTaskGP, X: np.ndarray, y: np.ndarray, alphabet_size: int) -> None:
+        self.length, self.A = X.shape[1], alphabet_size
+        ls = model.covar_module.lengthscale.detach().double().numpy().reshape(self.length, alphabet_size)
+        self.w = 0.5 / ls ** 2  # (L, A)
+        self.mean = float(model.mean_module.constant.detach())
+        noise = model.likelihood.noise.detach().double().numpy().reshape(-1)
+        self.noise = float(np.mean(noise))
+        self.X = X
+        self.sites = np.arange(self.length)
+        self.Sn = self.w[self.sites[None, :], X].sum(-1)  # (n,)
+        K = np.exp(self.log_k(X))
+        K[np.diag_indices_from(K)] += noise if len(noise) == len(X) else noise[0]
+        jitter = 0.0
+        for _ in range(6):
+            try:
+                self.chol = np.linalg.cholesky(K + jitter * np.eye(len(K)))
+                break
+            except np.linalg.LinAlgError:
+                jitter = max(1e-8, jitter * 10)
+        else:
+            raise np.linalg.LinAlgError("training covariance is not positive definite")
+        eye = np.eye(len(K))
+        Linv = scipy.linalg.solve_triangular(self.chol, eye, lower=True)
+        self.Kinv = Linv.T @ Linv
+        self.alpha = self.Kinv @ (y - self.mean)
+        # C[s, a, n]: the site-s term of -log k between "letter a at s" and observation n
+        Wn = self.w[self.sites[None, :], X]  # (n, L)
+        C = self.w[:, :, None] + Wn.T[:, None, :]  # (L, A, n)
+        C[self.sites[:, None], X.T, np.arange(len(X))[None, :]] = 0.0  # same letter: no term
+        self.C = C
+
+    def log_k(self, X: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray:
+        """(m, n) log k between the rows of X and of Z (default: the training sequences)."""
+        X = np.atleast_2d(X)
+        Z = self.X if Z is None else np.atleast_2d(Z)
+        Sx = self.w[self.sites[None, :], X].sum(-1)
+        Sz = self.Sn if Z is self.X else self.w[self.sites[None, :], Z].sum(-1)
+        eq = np.zeros((len(X), len(Z)))
+        for s in range(self.length):  # shared letters at site s count w[s, letter] twice less
+            eq += (X[:, s, None] == Z[None, :, s]) * self.w[s, X[:, s]][:, None]
+        return -(Sx[:, None] + Sz[None, :] - 2.0 * eq)
+
+    def _finish(self, Kx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mu = self.mean + Kx @ self.alpha
+        var = 1.0 - np.einsum("mn,mn->m", Kx @ self.Kinv, Kx)
+        return mu, np.sqrt(np.clip(var, 1e-12, None))
+
+    def mean_std(self, X: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+        X = np.atleast_2d(np.asarray(X, dtype=np.int64))
+        if not len(X):
+            return np.zeros(0), np.zeros(0)
+        parts = [self._finish(np.exp(self.log_k(X[i:i + chunk]))) for i in range(0, len(X), chunk)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def single_site(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lk0 = self.log_k(x[None])[0]  # (n,)
+        own = self.C[self.sites, x, :]  # (L, n): the current letter's terms
+        lk = lk0[None, None, :] - (self.C - own[:, None, :])  # (L, A, n)
+        mu, sd = self._finish(np.exp(lk.reshape(-1, len(self.X))))
+        return mu.reshape(self.length, self.A), sd.reshape(self.length, self.A)
+
+    def cross_cov(self, X: np.ndarray, P: np.ndarray) -> np.ndarray:
+        """(m, p) posterior covariance between the rows of X and those of P."""
+        Kx, Kp = np.exp(self.log_k(X)), np.exp(self.log_k(P))
+        return np.exp(self.log_k(X, P)) - (Kx @ self.Kinv) @ Kp.T

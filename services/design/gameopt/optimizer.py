@@ -29,13 +29,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from services.design.gameopt.games import GameResult, Players, best_response, deviation_feasible, hedge
+from services.design.gameopt.feasibility import FeasibilityModel
 from services.design.gameopt.gp import Surrogate
 from services.design.gameopt.space import SequenceSpace
 
 SOLVERS = ("hedge", "best_response")
-METHODS = ("gameopt_hedge", "gameopt_best_response", "random", "mutation", "ga", "gp_ucb_pool", "local_search")
+METHODS = ("gameopt_hedge", "gameopt_best_response", "gp_ucb_br", "gp_ucb_br_batch", "random", "mutation", "ga",
+           "gp_ucb_pool", "local_search")
+SEQUENTIAL = ("gp_ucb_br",)  # one point per fit: run_loop evaluates each before the next is chosen
 
 
 @dataclass
@@ -53,13 +57,18 @@ class GameOptConfig:
     beta: float = 2.0
     rounds: int = 400
     eta: float = 0.5
-    tail: int = 50
-    games: int = 0  # 0: one game per suggestion
+    tail: int = 10  # Hedge: the last rounds whose plays are candidates (the official last_nb_rounds = 11)
+    games: int = 0  # 0: DEFAULT_GAMES (the official nb_games)
     group_size: int = 1
     kernel: str = "onehot"
     noise_std: float | None = None
     min_observations: int = 2
     trust_radius: int | None = None  # see trust_region; None: the whole campaign space
+    payoff_scale: float = 10.0  # Hedge's payoff is UCB / payoff_scale (the official (UCB + 5) / 10)
+    learn_feasibility: bool = True  # once an observation has failed, weigh UCB by P(feasible) (feasibility.py)
+
+
+DEFAULT_GAMES = 3
 
 
 def trust_region(space: SequenceSpace, X: np.ndarray, y: np.ndarray, radius: int | None) -> SequenceSpace:
@@ -103,11 +112,44 @@ def _fill_random(space: SequenceSpace, rng: np.random.Generator, n: int, exclude
     return out
 
 
+class Acquisition:
+    """The games' shared payoff and the batch's ranking: UCB = mu + beta sigma of the GP (standardised units), and,
+    when a feasibility model is given, c + max(UCB - c, 0) * P(feasible), c the lowest standardised value observed
+    (a sequence that will likely fail is worth about the worst measured one). `single_site(x)` scores every
+    single-site change of x at once (None when the GP has no fast path)."""
+
+    def __init__(self, surrogate: Surrogate, beta: float, feasibility: FeasibilityModel | None = None,
+                 floor: float = 0.0) -> None:
+        self.surrogate, self.beta, self.feasibility, self.floor = surrogate, beta, feasibility, floor
+        self.single_site = self._single_site if surrogate.fast is not None else None
+
+    def combine(self, mu: np.ndarray, sd: np.ndarray, log_pof: np.ndarray | None) -> np.ndarray:
+        u = mu + self.beta * sd
+        if log_pof is None:
+            return u
+        return self.floor + np.maximum(u - self.floor, 0.0) * np.exp(log_pof)
+
+    def log_pof(self, X: np.ndarray) -> np.ndarray | None:
+        return None if self.feasibility is None else self.feasibility.log_prob(X)
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        X = np.atleast_2d(X)
+        mu, sd = self.surrogate.mean_std(X)
+        return self.combine(mu, sd, self.log_pof(X))
+
+    def _single_site(self, x: np.ndarray) -> np.ndarray:
+        mu, sd = self.surrogate.single_site(x)
+        return self.combine(mu, sd, None if self.feasibility is None else self.feasibility.single_site(x))
+
+
 @dataclass
 class GameOpt:
+    """`y` may hold NaN: a failed (infeasible) observation. It is kept as such: the GP is fitted on the others, and
+    the feasibility model (once anything has failed) learns from all of them."""
+
     space: SequenceSpace
     X: np.ndarray  # observed, integer-coded (n, L)
-    y: np.ndarray  # observed values, to maximise
+    y: np.ndarray  # observed values, to maximise; NaN = the measurement failed (infeasible)
     batch_size: int
     config: GameOptConfig = field(default_factory=GameOptConfig)
     seed: int = 0
@@ -118,31 +160,44 @@ class GameOpt:
             raise ValueError(f"solver must be one of {SOLVERS}")
         self.X = np.atleast_2d(np.asarray(self.X, dtype=np.int64)).reshape(-1, self.space.length)
         self.y = np.asarray(self.y, dtype=np.float64).reshape(-1)
+        self.ok = np.isfinite(self.y)
         self.players = Players.of(self.space, self.config.group_size)
+        self.acquisition: Acquisition | None = None
         if not self.cold:
-            self.space = trust_region(self.space, self.X, self.y, self.config.trust_radius)
+            self.space = trust_region(self.space, self.X[self.ok], self.y[self.ok], self.config.trust_radius)
 
     @property
     def cold(self) -> bool:
-        """Too few observations (or no spread) for a GP: the batch is random feasible sequences."""
-        return len(self.y) < self.config.min_observations or float(np.ptp(self.y)) <= 0.0
+        """Too few successful observations (or no spread) for a GP: the batch is random feasible sequences."""
+        y = self.y[self.ok]
+        return len(y) < self.config.min_observations or float(np.ptp(y)) <= 0.0
 
     @property
     def n_games(self) -> int:
-        return self.config.games or max(self.batch_size, 1)
+        return self.config.games or DEFAULT_GAMES
 
     def fit(self) -> None:
-        if not self.cold:
-            self.surrogate = Surrogate(self.X, self.y, self.space.size, kernel=self.config.kernel,
+        if self.cold:
+            return
+        Xo, yo = self.X[self.ok], self.y[self.ok]
+        if self.surrogate is None:
+            self.surrogate = Surrogate(Xo, yo, self.space.size, kernel=self.config.kernel,
                                        noise_std=self.config.noise_std, seed=self.seed)
+        feas = None
+        if self.config.learn_feasibility and not self.ok.all():
+            feas = FeasibilityModel(self.X, self.ok, self.space.size)
+        floor = float((yo.min() - self.surrogate.y_mean) / self.surrogate.y_std)
+        self.acquisition = Acquisition(self.surrogate, self.config.beta, feas, floor)
 
     def payoff(self, X: np.ndarray) -> np.ndarray:
-        return self.surrogate.ucb(X, self.config.beta)
+        if self.acquisition is None:
+            self.fit()
+        return self.acquisition(X)
 
     def start(self, game: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, game, 1])
-        if game == 0 and len(self.y):
-            feas = self.space.feasible(self.X)
+        if game == 0 and self.ok.any():
+            feas = self.space.feasible(self.X) & self.ok
             if feas.any():
                 idx = np.flatnonzero(feas)
                 return self.X[idx[int(np.argmax(self.y[idx]))]].copy()
@@ -152,15 +207,22 @@ class GameOpt:
         return starts[0]
 
     def play(self, game: int) -> GameResult:
+        if self.acquisition is None:
+            self.fit()
         rng = np.random.default_rng([self.seed, game, 2])
         x0 = self.start(game)
-        if self.config.solver == "best_response":
-            return best_response(self.payoff, self.space, x0, self.players)
-        return hedge(self.payoff, self.space, x0, self.players, rounds=self.config.rounds, eta=self.config.eta,
-                     tail=self.config.tail, rng=rng)
+        # the games multiply small matrices (L*A x n): a multi-threaded BLAS only contends for the cores (3-4x slower
+        # per round on a loaded 2-core machine, measured), so one thread
+        with threadpool_limits(limits=1, user_api="blas"):
+            if self.config.solver == "best_response":
+                return best_response(self.acquisition, self.space, x0, self.players)
+            return hedge(self.acquisition, self.space, x0, self.players, rounds=self.config.rounds,
+                         eta=self.config.eta, tail=self.config.tail, rng=rng, scale=self.config.payoff_scale)
 
     def select(self, pools: list[np.ndarray]) -> list[Suggestion]:
-        """Top batch_size distinct feasible, unobserved candidates by UCB."""
+        """The batch: from the games' candidates (new, feasible), greedily the best by the acquisition, each pick
+        then hallucinated as observed at its mean so that the next picks' sigma shrinks near it (GP-BUCB,
+        Desautels et al. 2014): a batch that spreads instead of ten near-copies of one equilibrium."""
         rng = np.random.default_rng([self.seed, 999])
         observed = {x.tobytes() for x in self.X}
         if self.cold:
@@ -171,6 +233,9 @@ class GameOpt:
                     seen.add(p.tobytes())
                     out.append(Suggestion(p.copy(), source="parent"))
             return out + _fill_random(self.space, rng, self.batch_size - len(out), seen, "random")
+        if self.acquisition is None:
+            self.fit()
+
         def new_feasible(C: np.ndarray) -> np.ndarray:
             C = C[self.space.feasible(C)] if len(C) else C
             return np.array([x for x in C if x.tobytes() not in observed], dtype=np.int64).reshape(-1, self.space.length)
@@ -178,7 +243,7 @@ class GameOpt:
         E = _dedupe_rows(np.concatenate([p for p in pools if len(p)] or [np.zeros((0, self.space.length), int)]))
         C = new_feasible(E)
         # too few new equilibria (games often end on points already measured): add the feasible single-player
-        # neighbours of every equilibrium, ranked by UCB with the rest, before falling back to random sequences
+        # neighbours of every equilibrium, ranked by the acquisition with the rest, before falling back to random
         if len(C) < self.batch_size and len(E):
             extra = []
             for x in E:
@@ -187,11 +252,7 @@ class GameOpt:
             C = new_feasible(_dedupe_rows(np.concatenate([E, *extra])))
         out: list[Suggestion] = []
         if len(C):
-            mu, sd = self.surrogate.mean_std(C)
-            u = mu + self.config.beta * sd
-            for j in np.argsort(-u, kind="stable")[: self.batch_size]:
-                out.append(Suggestion(C[j], ucb=float(u[j]), mean=float(self.surrogate.to_original(mu[j])),
-                                      std=float(sd[j] * self.surrogate.y_std), source=self.config.solver))
+            out = bucb_select(self.acquisition, C, self.batch_size, source=self.config.solver)
         seen = observed | {s.sequence.tobytes() for s in out}
         return out + _fill_random(self.space, rng, self.batch_size - len(out), seen, "random")
 
@@ -199,6 +260,37 @@ class GameOpt:
         self.fit()
         pools = [] if self.cold else [self.play(g).candidates for g in range(self.n_games)]
         return self.select(pools)
+
+
+def bucb_select(acq: Acquisition, C: np.ndarray, k: int, source: str = "", max_pool: int = 2000
+                ) -> list[Suggestion]:
+    """Greedy batch of k rows of C by the acquisition with hallucinated observations (GP-BUCB): after each pick,
+    the posterior variance of the rest is that of the GP conditioned on the pick too (the mean does not move under
+    a hallucinated observation at the mean)."""
+    sur = acq.surrogate
+    mu, sd = sur.mean_std(C)
+    lp = acq.log_pof(C)
+    if len(C) > max_pool:
+        keep = np.argsort(-acq.combine(mu, sd, lp), kind="stable")[:max_pool]
+        C, mu, sd = C[keep], mu[keep], sd[keep]
+        lp = None if lp is None else lp[keep]
+    column, noise = sur.cov_columns(C)
+    var = sd ** 2
+    taken = np.zeros(len(C), dtype=bool)
+    us: list[np.ndarray] = []
+    out: list[Suggestion] = []
+    for _ in range(min(k, len(C))):
+        a = acq.combine(mu, np.sqrt(np.clip(var, 1e-12, None)), lp)
+        a[taken] = -np.inf
+        j = int(np.argmax(a))
+        taken[j] = True
+        out.append(Suggestion(C[j], ucb=float(mu[j] + acq.beta * sd[j]), mean=float(sur.to_original(mu[j])),
+                              std=float(sd[j] * sur.y_std), source=source))
+        c = column(j) - sum(u * u[j] for u in us) if us else column(j)
+        u = c / np.sqrt(max(var[j], 1e-12) + noise)
+        var = var - u ** 2
+        us.append(u)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ baselines
@@ -232,7 +324,7 @@ def suggest_baseline(method: str, space: SequenceSpace, X: np.ndarray, y: np.nda
     rng = np.random.default_rng([seed, 7])
     X = np.atleast_2d(np.asarray(X, dtype=np.int64)).reshape(-1, space.length)
     y = np.asarray(y, dtype=np.float64)
-    if method in ("gp_ucb_pool", "local_search") and len(y) >= 2 and float(np.ptp(y)) > 0:
+    if method in SURROGATE_BASELINES and len(y) >= 2 and float(np.ptp(y)) > 0:
         space = trust_region(space, X, y, trust_radius)
     observed = {x.tobytes() for x in X}
     out: list[np.ndarray] = []
@@ -243,9 +335,11 @@ def suggest_baseline(method: str, space: SequenceSpace, X: np.ndarray, y: np.nda
         out = _unseen(space, space.sample_feasible(rng, 3 * n, around=best, mutations=2), observed, n, rng)
     elif method == "ga":
         out = _unseen(space, _ga_children(space, X, y, 3 * n, rng), observed, n, rng)
-    elif method in ("gp_ucb_pool", "local_search") and float(np.ptp(y)) > 0:
+    elif method in SURROGATE_BASELINES and float(np.ptp(y)) > 0:
         sur = Surrogate(X, y, space.size, seed=seed)
-        if method == "gp_ucb_pool":
+        if method in ("gp_ucb_br", "gp_ucb_br_batch"):
+            out = _ucb_best_response(sur, space, X, y, n, beta, observed)
+        elif method == "gp_ucb_pool":
             pool = space.sample_feasible(rng, pool_size)
             order = np.argsort(-sur.ucb(pool, beta))
             out = _unseen(space, pool[order], observed, n, rng)
@@ -254,6 +348,34 @@ def suggest_baseline(method: str, space: SequenceSpace, X: np.ndarray, y: np.nda
     if len(out) < n:
         out += _unseen(space, space.sample_feasible(rng, 3 * (n - len(out))), observed, n - len(out), rng)
     return out[:n]
+
+
+SURROGATE_BASELINES = ("gp_ucb_pool", "local_search", "gp_ucb_br", "gp_ucb_br_batch")
+
+
+def _ucb_best_response(sur: Surrogate, space: SequenceSpace, X: np.ndarray, y: np.ndarray, n: int, beta: float,
+                       observed: set[bytes]) -> list[np.ndarray]:
+    """The plain GP-UCB loop's step (the issue's baseline): from the best observed sequence (and, for a batch, the
+    next best observed ones, one start per point), each site's best letter in turn (iterated best response on
+    mu + beta sigma, the same game as GameOpt's best response, with no feasibility model and no batch
+    diversification); an equilibrium already measured gives way to its best unmeasured single-site neighbour."""
+    acq = Acquisition(sur, beta)
+    players = Players.of(space)
+    feas = space.feasible(X)
+    order = [i for i in np.argsort(-y, kind="stable") if feas[i]]
+    out: list[np.ndarray] = []
+    for i in order[:n]:
+        x = best_response(acq, space, X[i], players).equilibrium
+        if x.tobytes() in observed:
+            D, _ = players.deviations(x)
+            D = D[deviation_feasible(space, players, x, D)]
+            D = np.array([d for d in D if d.tobytes() not in observed], dtype=np.int64).reshape(-1, space.length)
+            if not len(D):
+                continue
+            x = D[int(np.argmax(acq(D)))]
+        observed.add(x.tobytes())
+        out.append(x)
+    return out
 
 
 def _ga_children(space: SequenceSpace, X: np.ndarray, y: np.ndarray, n: int, rng: np.random.Generator,
@@ -315,26 +437,38 @@ def run_loop(oracle, method: str, budget: int, batch_size: int, seed: int, n_ini
     n0 = min(n_init, budget)
     X = oracle.initial_solution(n0, rng) if hasattr(oracle, "initial_solution") else space.sample_feasible(rng, n0)
     y = oracle(X)
+    # what GameOpt sees: a failed (infeasible) evaluation as NaN, kept as such (holo-bench reports it as -inf); the
+    # baselines see the plain value (0), as before
+    failed = ~oracle.feasible(X) if hasattr(oracle, "feasible") else np.zeros(len(X), dtype=bool)
     times: list[float] = []
     feasible: list[bool] = []
     r = 0
     while len(y) < budget:
         n = min(batch_size, budget - len(y))
         t0 = time.perf_counter()
-        if method.startswith("gameopt_"):
-            cfg = config or GameOptConfig()
-            cfg = GameOptConfig(**{**cfg.__dict__, "solver": method.removeprefix("gameopt_"),
-                                   "trust_radius": trust_radius if trust_radius is not None else cfg.trust_radius})
-            batch = [s.sequence for s in GameOpt(space, X, y, n, cfg, seed=seed * 1000 + r).suggest()]
-        else:
-            batch = suggest_baseline(method, space, X, y, n, seed * 1000 + r, trust_radius=trust_radius)
+        inner = [1] * n if method in SEQUENTIAL else [n]
+        B = np.zeros((0, space.length), dtype=np.int64)
+        for m in inner:
+            if method.startswith("gameopt_"):
+                cfg = config or GameOptConfig()
+                cfg = GameOptConfig(**{**cfg.__dict__, "solver": method.removeprefix("gameopt_"),
+                                       "trust_radius": trust_radius if trust_radius is not None else cfg.trust_radius})
+                seen = np.where(failed, np.nan, y)
+                batch = [s.sequence for s in GameOpt(space, X, seen, m, cfg, seed=seed * 1000 + r).suggest()]
+            else:
+                batch = suggest_baseline(method, space, X, y, m, seed * 1000 + r, trust_radius=trust_radius)
+            b = np.array(batch, dtype=np.int64).reshape(-1, space.length)
+            if not len(b):
+                break
+            X = np.concatenate([X, b])
+            y = np.concatenate([y, oracle(b)])
+            failed = np.concatenate([failed, ~oracle.feasible(b) if hasattr(oracle, "feasible")
+                                     else np.zeros(len(b), dtype=bool)])
+            B = np.concatenate([B, b])
+            r += 1
         times.append(time.perf_counter() - t0)
-        B = np.array(batch, dtype=np.int64).reshape(-1, space.length)
         if not len(B):
             break
-        X = np.concatenate([X, B])
-        y = np.concatenate([y, oracle(B)])
         if hasattr(oracle, "feasible"):
             feasible += [bool(v) for v in oracle.feasible(B)]
-        r += 1
     return Trace(method, [float(v) for v in y], times, feasible)
