@@ -129,14 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("up", help="run the whole platform on embedded defaults (Ctrl-C stops everything)")
     sp.add_argument("--data-dir", default=".praxon")
-    sp.add_argument("--port", type=int, default=50051)
-    sp.add_argument("--s3-port-base", type=int, default=18300,
-                    help="first of the ports `weed mini` uses (it also takes each +10000: below the ephemeral range)")
+    sp.add_argument("--port", type=int, default=0, help="gRPC port on 127.0.0.1 (default: a free one, printed on "
+                    "start and recorded in DATA_DIR/up.json, where every client command finds it)")
+    sp.add_argument("--s3-port-base", type=int, default=0,
+                    help="first of the 6 ports `weed mini` uses (it also takes each +10000); default: a free block "
+                    "below the ephemeral range")
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("demo", help="start the platform on embedded defaults, run the end-to-end demo, stop")
     sp.add_argument("--data-dir", default=".praxon")
-    sp.add_argument("--port", type=int, default=50051)
+    sp.add_argument("--port", type=int, default=0, help="gRPC port (default: a free one)")
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("serve", help="serve gRPC services (settings from PRAXON_* env vars)")

@@ -5,13 +5,14 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Callable
 
 from prometheus_client import start_http_server
 
 from services import catalog
 from services.common import db
 from services.common.server import AppContext, build_app_context, create_server, shutdown
-from services.common.settings import Settings
+from services.common.settings import Settings, apply_torch_threads
 from services.common.spec import resolve
 
 log = logging.getLogger(__name__)
@@ -26,15 +27,37 @@ def registrars(names: list[str]):
     return [resolve(catalog.get(n).servicers) for n in names]
 
 
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Exit with one line naming the port when a fixed port (not 0) cannot be bound on host."""
+    from services.common.embedded import port_is_free
+
+    if port and not port_is_free(port, host):
+        raise SystemExit(f"error: cannot listen on {host}:{port} ({what}): the port is in use by another program")
+
+
 async def serve(settings: Settings, names: list[str], *, stop_event: asyncio.Event | None = None,
-                app: AppContext | None = None) -> None:
+                app: AppContext | None = None, on_serving: Callable[[int], None] | None = None) -> None:
+    """Host the named services until stop_event (or SIGTERM/SIGINT); on_serving(port) once the gRPC server listens
+    (settings.grpc.port 0: a port the kernel picks). A port that is taken is said as such, before anything
+    starts."""
+    check_port_free(settings.grpc.host, settings.grpc.port, "gRPC, PRAXON_GRPC__PORT / --port")
+    check_port_free(settings.grpc.host, settings.metrics_port, "metrics, PRAXON_METRICS_PORT")
+    apply_torch_threads(settings)
     db.ensure_database(settings)
     db.migrate(settings)
     app = app or build_app_context(settings)
     app.store.ensure_bucket()
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.grpc.host)
-    server, port = await create_server(app, registrars(names))
+    try:
+        server, port = await create_server(app, registrars(names))
+    except RuntimeError as exc:  # grpc: "Failed to bind to address ..." (taken since the check above)
+        if "bind" not in str(exc).lower():
+            raise
+        raise SystemExit(f"error: cannot listen on {settings.grpc.host}:{settings.grpc.port} (gRPC): "
+                         "the port is in use by another program") from None
+    if on_serving is not None:
+        on_serving(port)
     # What exists now (modules, descriptors, the app) lives as long as the process: moved out of the collector's
     # generations, full collections stop traversing it. A server hosting one service spent 7% of a trivial call's
     # instructions more without this (benchmarks/platform/grpc_instructions.py and its RESULTS).
@@ -92,6 +115,7 @@ def run_predictor(settings: Settings, name: str, tenant: str, model: str, http_p
     if name not in predictors:
         raise SystemExit(f"unknown predictor {name!r}; known: {', '.join(predictors) or 'none yet'}")
     host, require_token = predictor_defaults(host, require_token, cluster=oip.in_cluster())
+    apply_torch_threads(settings)
     tenant_id = resolve_tenant(settings, tenant)
     predictor = resolve(predictors[name])(settings, tenant_id, model)
     if not predictor.ready:  # ModelServer.start() refuses models that are not loaded yet

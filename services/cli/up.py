@@ -13,7 +13,7 @@ from pathlib import Path
 
 from services.common import db
 from services.common.client import UP_FILE, write_up_state
-from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, WeedS3, spawn, stop
+from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, PortInUse, WeedS3, spawn, stop
 from services.common.settings import S3Settings
 
 
@@ -26,13 +26,26 @@ def _credentials(data_dir: Path) -> tuple[str, str]:
     return creds["access_key"], creds["secret_key"]
 
 
-def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 18300) -> None:
+def run_up(data_dir: Path, *, port: int | None = None, s3_port_base: int | None = None) -> None:
+    """Start everything and serve until Ctrl-C. port / s3_port_base None (or 0): free ones, picked here and said
+    on start; a port given that is taken stops `up` before it starts anything, naming the port."""
     from services import catalog
-    from services.cli.serve import serve
+    from services.cli.serve import check_port_free, serve
 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / UP_FILE).unlink(missing_ok=True)
+    embedded_s3 = "PRAXON_S3__ENDPOINT" not in os.environ
+    weed = None
+    if embedded_s3:
+        access, secret = _credentials(data_dir)
+        weed = WeedS3(data_dir / "s3", s3_port_base or None, access, secret)
+    try:  # a taken port named now, before anything starts
+        check_port_free("127.0.0.1", port or 0, "gRPC, --port")
+        if weed is not None and weed.port_base is not None:
+            weed.check_ports()
+    except PortInUse as exc:
+        raise SystemExit(f"error: {exc} (--s3-port-base; leave it out to pick free ports)") from None
     started: list = []
     overrides: dict = {}
     try:
@@ -44,13 +57,15 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 18300) -> N
             redis = EmbeddedRedis(data_dir / "redis").start()
             started.append(redis)
             overrides["broker_url"] = redis.url
-        if "PRAXON_S3__ENDPOINT" not in os.environ:
-            access, secret = _credentials(data_dir)
-            weed = WeedS3(data_dir / "s3", s3_port_base, access, secret).start()
+        if weed is not None:
+            try:
+                weed.start()
+            except PortInUse as exc:
+                raise SystemExit(f"error: {exc}") from None
             started.append(weed)
             overrides["s3"] = S3Settings(endpoint=weed.endpoint, access_key=access, secret_key=secret)
         settings = catalog.settings(**overrides)
-        settings.grpc.port = port
+        settings.grpc.port = port or 0
         settings.metrics_port = 0
         db.ensure_database(settings)
         db.migrate(settings)
@@ -66,18 +81,20 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 18300) -> N
                        data_dir / "worker.log", env=env)
         started.append(worker)
 
+        def serving(bound: int) -> None:
+            # what every client command in this directory reads (services/common/client.py): where to call, the
+            # demo token, and the database for local admin commands (`praxon token create`)
+            address = f"127.0.0.1:{bound}"
+            s3 = f"S3 on {weed.endpoint} (SeaweedFS ports {weed.port_base}..{weed.port_base + weed.SPAN - 1} and " \
+                 f"+{weed.GRPC_OFFSET})" if weed is not None else f"S3 at {settings.s3.endpoint}"
+            write_up_state(data_dir, address=address, token=token, pid=os.getpid(),
+                           database_url=settings.database_url.get_secret_value(), s3_endpoint=settings.s3.endpoint)
+            print(f"praxon is up: address {address}, {s3}; demo tenant token in {data_dir / UP_FILE}; logs in "
+                  f"{data_dir}. Ctrl-C stops everything.", flush=True)
+
         async def main() -> None:
             stop_event = asyncio.Event()
-            task = asyncio.create_task(serve(settings, catalog.names(), stop_event=stop_event))
-            while not task.done() and not (data_dir / UP_FILE).exists():
-                await asyncio.sleep(0.05)
-                if settings_ready(port):
-                    # what every client command in this directory reads (services/common/client.py): where to
-                    # call, the demo token, and the database for local admin commands (`praxon token create`)
-                    write_up_state(data_dir, address=f"127.0.0.1:{port}", token=token, pid=os.getpid(),
-                                   database_url=settings.database_url.get_secret_value())
-                    print(f"praxon is up: address 127.0.0.1:{port}, demo tenant token in {data_dir / UP_FILE}; "
-                          f"logs in {data_dir}. Ctrl-C stops everything.", flush=True)
+            task = asyncio.create_task(serve(settings, catalog.names(), stop_event=stop_event, on_serving=serving))
             while not task.done():  # a platform without its worker is not up: stop everything
                 await asyncio.sleep(0.5)
                 if worker.poll() is not None:
@@ -95,11 +112,3 @@ def run_up(data_dir: Path, *, port: int = 50051, s3_port_base: int = 18300) -> N
                 piece.stop()
             else:
                 stop(piece, signal.SIGTERM, timeout=20)
-
-
-def settings_ready(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        s.settimeout(0.1)
-        return s.connect_ex(("127.0.0.1", port)) == 0

@@ -43,6 +43,42 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortInUse(RuntimeError):
+    """A port a piece was told (or chose) to listen on is taken: the message names the port and what wanted it."""
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound on `host` now (no SO_REUSEADDR: any use, TIME_WAIT included, counts)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port_block(span: int, offsets: tuple[int, ...] = (0, 10000), host: str = "127.0.0.1") -> int:
+    """A base port with base .. base+span-1 free at every offset (weed mini needs its ports and their +10000 gRPC
+    twins). All of them lie below the kernel's ephemeral range: a port there can be taken at any moment by an
+    outgoing connection, and weed then cannot listen on it."""
+    first, last = 12000, min(_ephemeral_low(), 65536) - max(offsets) - span  # every port stays below the range
+    if last <= first:
+        first, last = 2000, 65536 - max(offsets) - span  # an unusual range: fall back to anywhere
+    for _ in range(400):
+        base = first + (os.getpid() * 7919 + time.monotonic_ns() // 1000) % (last - first)
+        if all(port_is_free(base + off + i, host) for off in offsets for i in range(span)):
+            return base
+        time.sleep(0.005)
+    raise PortInUse(f"no block of {span} free ports (and their +{max(offsets)} twins) on {host}")
+
+
 def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -75,44 +111,121 @@ def _bin(name: str) -> str:
 # ---------------------------------------------------------------- SeaweedFS S3
 @dataclass
 class WeedS3:
-    """`weed mini` on loopback with an S3 identity file (never anonymous). All its ports derive from
-    port_base so several instances (tests, a demo) can run side by side."""
+    """`weed mini` on loopback with an S3 identity file (never anonymous). All its ports derive from port_base
+    (PORTS: master, volume, filer, S3, WebDAV, admin, and each gRPC port at +10000, all passed explicitly) so several
+    instances (tests, two `praxon up`) run side by side; port_base None picks a free block (free_port_block).
+    start() refuses ports that are taken, naming them, before it starts anything, and checks after start that the S3
+    port is this instance's (its identity is accepted): a port another program holds is said as such, never an
+    AccessDenied from someone else's server."""
 
     data_dir: Path
-    port_base: int
+    port_base: int | None
     access_key: str
     secret_key: str
     proc: subprocess.Popen | None = None
 
+    SPAN = 6
+    GRPC_OFFSET = 10000
+    PORTS = {"master": 0, "volume": 1, "filer": 2, "S3": 3, "WebDAV": 4, "admin": 5}
+    GRPC_PORTS = ("master", "volume", "filer", "S3", "admin")  # (WebDAV has no gRPC port)
+
     @property
     def s3_port(self) -> int:
-        return self.port_base + 3
+        return self._base + 3
+
+    @property
+    def _base(self) -> int:
+        if self.port_base is None:
+            raise RuntimeError("WeedS3: no port base yet (start() picks one)")
+        return self.port_base
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.s3_port}"
 
+    def ports(self) -> dict[str, int]:
+        """What listens where: {"S3": 18303, "S3 gRPC": 28303, ...}."""
+        b = self._base
+        out = {name: b + off for name, off in self.PORTS.items()}
+        out.update({f"{name} gRPC": b + self.PORTS[name] + self.GRPC_OFFSET for name in self.GRPC_PORTS})
+        return out
+
+    def check_ports(self) -> None:
+        """PortInUse naming every port of this instance that cannot be bound now."""
+        taken = [f"{port} ({name})" for name, port in self.ports().items() if not port_is_free(port)]
+        if taken:
+            raise PortInUse(f"SeaweedFS cannot listen on 127.0.0.1 port(s) {', '.join(taken)}: in use by another "
+                            f"program (port base {self._base}: ports base..base+{self.SPAN - 1} and their "
+                            f"+{self.GRPC_OFFSET} twins)")
+
     def start(self, timeout: float = 60) -> "WeedS3":
+        if self.port_base is None:
+            self.port_base = free_port_block(self.SPAN, (0, self.GRPC_OFFSET))
+        self.check_ports()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ident = self.data_dir / "identities.json"
         ident.write_text(json.dumps({"identities": [{
             "name": "praxon", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
         ident.chmod(0o600)
-        b = self.port_base
+        p = self.ports()
         cmd = [_bin("weed"), "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               "-master.telemetry=false", "-admin.ui=false", f"-master.port={b}", f"-volume.port={b + 1}",
-               f"-filer.port={b + 2}", f"-s3.port={self.s3_port}", f"-webdav.port={b + 4}",
-               f"-admin.port={b + 5}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={ident}"]
+               "-master.telemetry=false", "-admin.ui=false", f"-master.port={p['master']}",
+               f"-volume.port={p['volume']}", f"-filer.port={p['filer']}", f"-s3.port={p['S3']}",
+               f"-webdav.port={p['WebDAV']}", f"-admin.port={p['admin']}", f"-master.port.grpc={p['master gRPC']}",
+               f"-volume.port.grpc={p['volume gRPC']}", f"-filer.port.grpc={p['filer gRPC']}",
+               f"-s3.port.grpc={p['S3 gRPC']}", f"-admin.port.grpc={p['admin gRPC']}", "-s3.port.iceberg=0",
+               "-s3.port.lance=0", f"-s3.config={ident}"]
         log = self.data_dir / "weed.log"
+        start = log.stat().st_size if log.exists() else 0
         self.proc = spawn(cmd, log)
+
+        def own_log() -> str:
+            try:
+                with open(log, "rb") as f:
+                    f.seek(start)
+                    return f.read().decode(errors="replace")
+            except OSError:
+                return ""
         try:
             wait_for_port("127.0.0.1", self.s3_port, timeout, self.proc)
+            self._check_s3_is_ours(own_log)
         except (RuntimeError, TimeoutError) as err:
             self.stop()
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise RuntimeError(f"weed mini did not start ({err}); the end of {log}:\n{tail}") from err
+            text = own_log()
+            refused = [line.split("Port allocation failed:", 1)[1].strip() for line in text.splitlines()
+                       if "Port allocation failed:" in line]
+            if refused:  # weed's own words: "port N for S3 (specified by flag s3.port) is not available on ..."
+                raise PortInUse(f"SeaweedFS could not listen: {'; '.join(refused)}") from None
+            if isinstance(err, PortInUse):
+                raise
+            raise RuntimeError(f"weed mini did not start ({err}); the end of {log}:\n{text[-2000:]}") from err
         return self
+
+    def _check_s3_is_ours(self, own_log, wait_s: float = 10.0) -> None:
+        """The S3 port answers this instance's identity (a program that took the port after check_ports, or a weed
+        that failed to allocate it while another server answers there, would refuse it)."""
+        from minio import Minio
+        from minio.error import S3Error
+
+        client = Minio(self.endpoint, access_key=self.access_key, secret_key=self.secret_key, secure=False)
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"weed mini exited with {self.proc.returncode}")
+            if "Port allocation failed:" in own_log():
+                raise RuntimeError("weed mini could not allocate its ports")
+            try:
+                client.list_buckets()
+                return
+            except S3Error as err:
+                why = f"{err.code}: {err.message}"
+            except Exception as err:  # noqa: BLE001 - urllib3/connection errors while it starts: look again
+                why = f"{type(err).__name__}: {err}"
+            if time.monotonic() > deadline:
+                raise PortInUse(f"127.0.0.1:{self.s3_port} answers S3 but refuses this SeaweedFS's identity "
+                                f"({why}): another program listens on that port")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         stop(self.proc)

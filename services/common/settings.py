@@ -45,9 +45,11 @@ class JobSettings(BaseModel):
     heartbeat_seconds: float = Field(5.0, gt=0)
     reaper_interval_seconds: float = Field(5.0, gt=0)
     max_attempts: int = Field(5, ge=1)
-    # torch intra-op threads per job process (0: torch's default, one per core). Several worker processes on
-    # one node should split the cores rather than each take all of them.
-    torch_threads: int = Field(0, ge=0)
+    # torch intra-op threads of every process that runs models: each job process of a worker, `praxon serve`,
+    # `praxon up` and a predictor (apply_torch_threads). 0: torch's default, one per core. Default 1: on a machine
+    # whose cores are shared (other processes of the platform, other users) one thread is several times faster than
+    # one per core (benchmarks/platform/torch_threads.py, RESULTS.md); a node given to one process can set its cores.
+    torch_threads: int = Field(1, ge=0)
     # Quotas: unfinished (queued or running) jobs per tenant, and per tenant and job kind; 0 = no limit. A
     # submit over either gets RESOURCE_EXHAUSTED with RetryInfo (resubmitting a known idempotency key never does).
     max_active_per_tenant: int = Field(200, ge=0)
@@ -86,3 +88,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Service specs hosted beside the built-in ones ("module:SPEC"): plugins, and the tests' own job kinds.
     extra_services: list[str] = Field(default_factory=list)
+
+
+def apply_torch_threads(settings: Settings) -> int:
+    """Set torch's intra-op thread count from settings.jobs.torch_threads (0: leave torch's default); returns the
+    count torch now uses. Called by every process that serves or trains (servers, predictors, worker job
+    processes), before their first model runs."""
+    import torch
+
+    n = settings.jobs.torch_threads
+    if n and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
