@@ -11,7 +11,7 @@ from services.common.db import create_pool
 from services.common.jobs import JobQuota, JobStore
 from services.common.queue import make_celery
 from services.common.registry import Registry
-from services.common.settings import Settings
+from services.common.settings import Settings, apply_torch_threads
 from services.common.store import ArtifactStore
 
 
@@ -54,10 +54,7 @@ def get_runtime() -> Runtime:
             if _runtime is not None:
                 _inherited.append(_runtime)
             settings = _settings or Settings()
-            if settings.jobs.torch_threads:
-                import torch
-
-                torch.set_num_threads(settings.jobs.torch_threads)
+            apply_torch_threads(settings)  # in each job process (after the fork), before its first model runs
             pool = create_pool(settings, max_size=4)
             store = ArtifactStore(settings)
             # the tenants' job quotas also bound the child jobs a job starts (JobContext.start_child)
