@@ -14,7 +14,13 @@ one, else CHAT_FALLBACK below), max_tokens (chat also max_completion_tokens), te
 logprobs / top_logprobs, stream (server-sent events ending with "data: [DONE]"; stream_options.include_usage adds a
 last chunk with the usage), user (ignored); vLLM's extensions top_k and ignore_eos. Errors use OpenAI's body
 {"error": {"message", "type", "param", "code"}}: 400 for a bad field, 404 for an unknown model, 429 with
-Retry-After when the engine's queue is full, 503 with Retry-After while the model is loading."""
+Retry-After when the engine's queue is full, 503 with Retry-After while the model is loading.
+
+Refused as the gRPC service refuses them: a NUL character in any string of the request (prompt, message content,
+stop, user, ...; 400 with param naming it, e.g. "messages[0].content"); a chat message without content (content is
+optional in OpenAI's API only for an assistant message that carries tool_calls, and no tools are served here).
+OpenAIErrorBodies (added by services.generation.predictor) gives the errors produced outside these routes (the
+predictor's bearer-token 401, an unknown route's 404, ...) the same OpenAI body."""
 from __future__ import annotations
 
 import asyncio
@@ -121,7 +127,35 @@ def _param(loc: tuple) -> str:
     return out
 
 
+def nul_param(body: Any) -> str | None:
+    """The path of the first string (value or key) in a JSON body that contains a NUL character, as a param
+    ("messages[1].content", "stop[0]"); None when there is none. Iterative: a body nested as deep as the JSON
+    parser allows is walked without recursion."""
+    todo: list[tuple[str, Any]] = [("", body)]
+    while todo:
+        path, value = todo.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return path or "body"
+        elif isinstance(value, dict):
+            subs = []
+            for k, v in value.items():
+                sub = f"{path}.{k}" if path else str(k)
+                if "\x00" in str(k):
+                    return sub.replace("\x00", "\\u0000")
+                subs.append((sub, v))
+            todo.extend(reversed(subs))  # popped in the body's order
+        elif isinstance(value, list):
+            todo.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(value)]))
+    return None
+
+
 def parse(model: type[BaseModel], body: Any) -> Any:
+    """The request model of a body, refusing (400 naming the field) a NUL character anywhere in it (the gRPC
+    service's content rule, services.common.server.check_request_content) and whatever pydantic refuses."""
+    param = nul_param(body)
+    if param is not None:
+        raise OpenAIError(400, f"{param}: must not contain a NUL character", param=param, code="nul_character")
     try:
         return model.model_validate(body)
     except ValidationError as exc:
@@ -250,6 +284,11 @@ class OpenAIService:
 
     async def chat_completions(self, body: Any) -> dict | AsyncIterator[str]:
         req: ChatCompletionRequest = parse(ChatCompletionRequest, body)
+        for i, m in enumerate(req.messages):  # missing or null: both refused
+            if m.content is None:
+                raise bad(f"messages[{i}].content", "an assistant message without content is one that carries "
+                          "tool_calls, and this server supports no tools" if m.role == "assistant" else
+                          "required (a string or a list of text parts)")
         if req.top_logprobs is not None and not req.logprobs:
             raise bad("top_logprobs", "needs logprobs = true")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -412,7 +451,7 @@ def router(service: OpenAIService):
             try:
                 try:
                     body = await request.json()
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
                     raise OpenAIError(400, "the body is not valid JSON") from None
                 if not isinstance(body, dict):
                     raise OpenAIError(400, "the body must be a JSON object")
@@ -436,3 +475,79 @@ def router(service: OpenAIService):
         r.add_api_route(f"{prefix}/chat/completions", endpoint(service.chat_completions), methods=["POST"])
         r.add_api_route(f"{prefix}/models", models, methods=["GET"])
     return r
+
+
+# ---------------------------------------------------------------------------------------------- other errors
+OIP_PATHS = ("/v2/",)  # Open Inference Protocol v2: its clients (tritonclient, kserve's) read {"error": "<string>"}
+
+
+def openai_error_body(status: int, body: bytes, method: str, path: str) -> bytes | None:
+    """An error answer's body in OpenAI's shape, or None when it has that shape already. Understood: OIP's
+    {"error": "<message>", "reason": ...} (the predictor's token check, services.common.oip.http_error),
+    Starlette's {"detail": ...} (an unknown route, a method not allowed) and plain text."""
+    try:
+        found = json.loads(body) if body else None
+    except ValueError:
+        found = None
+    if isinstance(found, dict) and isinstance(found.get("error"), dict) and "message" in found["error"]:
+        return None
+    reason = found.get("reason") if isinstance(found, dict) else None
+    code = reason.lower() if isinstance(reason, str) and reason else None
+    if isinstance(found, dict) and isinstance(found.get("error"), str):
+        message = found["error"]
+    elif isinstance(found, dict) and "detail" in found:
+        detail = found["detail"]
+        message = detail if isinstance(detail, str) else json.dumps(detail)
+    else:
+        message = body.decode("utf-8", "replace").strip()
+    if status == 401:
+        code = "invalid_api_key"
+    elif status == 404 and message == "Not Found":  # no such route (Starlette's router): OpenAI's wording
+        message, code = f"Invalid URL ({method} {path})", code or "unknown_url"
+    elif status == 405:
+        message, code = f"{message or 'Method Not Allowed'} ({method} {path})", code or "method_not_allowed"
+    if not message:
+        message = f"HTTP {status}"
+    type_ = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "invalid_request_error"
+    return json.dumps(OpenAIError(status, message, code=code, type_=type_).body(), ensure_ascii=False).encode()
+
+
+class OpenAIErrorBodies:
+    """ASGI middleware, outermost on the predictor's app: every error answer (status >= 400) that does not have
+    OpenAI's body gets it, keeping its status and headers (WWW-Authenticate, Retry-After). It is there for the
+    answers made outside the OpenAI routes: the 401 of the bearer-token check (services.common.oip's
+    BearerAuthMiddleware, shared by every predictor and answering OIP's {"error": "<string>"}, which the `openai`
+    client shows only as "Error code: 401"), Starlette's 404 for an unknown route and 405, kserve's handlers. Paths
+    under OIP_PATHS keep OIP's shape: they are the Open Inference Protocol's, whose clients read that. Successful
+    answers and streams pass through untouched; an error body is buffered (it is small) and rewritten."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"].startswith(OIP_PATHS) or scope.get("method") == "HEAD":
+            return await self.app(scope, receive, send)
+        start: dict | None = None
+        chunks: list[bytes] = []
+
+        async def send_openai(message):
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                start = message  # held until the body is complete
+                return
+            if start is None or message["type"] != "http.response.body":
+                return await send(message)
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = b"".join(chunks)
+            new = openai_error_body(start["status"], body, scope.get("method", ""), scope["path"])
+            headers = list(start.get("headers") or ())
+            if new is not None:
+                body = new
+                headers = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"content-type")]
+                headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, send_openai)

@@ -8,7 +8,13 @@ the OpenAI routes added to its FastAPI app when the model starts. The engine is 
 same ModelCache as the gRPC servicer, so a reference without a version follows its alias (hot swap) the same way.
 
 kserve's GET /v1/models (its v1 protocol's model list) is answered by the OpenAI model list instead: an OpenAI
-client with base_url .../v1 needs that path. The v1/v2 predict endpoints answer with a pointer to the OpenAI ones."""
+client with base_url .../v1 needs that path. The v1/v2 predict endpoints answer with a pointer to the OpenAI ones.
+
+Every error outside /v2/ (the Open Inference Protocol's paths, whose clients read OIP's {"error": "<string>"}) has
+OpenAI's body, including the bearer-token check's 401 (services.common.oip.BearerAuthMiddleware answers OIP's shape
+for every predictor) and an unknown route's 404: openai_api.OpenAIErrorBodies, the outermost middleware of the app,
+rewrites them, so the `openai` client shows the server's message ("Error code: 401 - invalid or revoked API
+token ...") instead of only the status."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +22,7 @@ from typing import Any
 from kserve import Model
 from kserve.errors import InvalidInput
 
-from services.generation.openai_api import OpenAIService, router
+from services.generation.openai_api import OpenAIErrorBodies, OpenAIService, router
 
 
 class GenerationPredictor(Model):
@@ -27,6 +33,7 @@ class GenerationPredictor(Model):
         self.service = service
         self.ready = True
         self._routes_added = False
+        self._errors_added = False
 
     def load(self) -> bool:
         self.ready = True
@@ -45,6 +52,11 @@ class GenerationPredictor(Model):
         from kserve.model_server import app
 
         self.add_routes(app)
+        if not self._errors_added:
+            # added after predictor_server()'s BearerAuthMiddleware, so outside it (Starlette puts the last added
+            # middleware outermost): its 401 passes through here
+            app.add_middleware(OpenAIErrorBodies)
+            self._errors_added = True
         self.ready = True
 
     async def predict(self, payload: Any, headers: dict[str, str] | None = None,

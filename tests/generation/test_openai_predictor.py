@@ -1,8 +1,10 @@
 """The OpenAI-compatible predictor with the official `openai` client: `praxon predictor generation --tenant T
 --model lm@production` (kserve's ModelServer, a subprocess on loopback) serving a tiny Llama registered in the
 registry (PostgreSQL + S3). Completions and chat completions, with and without stream; greedy and seeded outputs
-equal the engine's own for the same prompt; bad fields -> 400 naming the field; an unknown model -> 404. In-process:
-a full engine queue -> 429 with Retry-After, and the chat template path."""
+equal the engine's own for the same prompt; bad fields -> 400 naming the field (a NUL character anywhere, a chat message
+without content); an unknown model -> 404; every error (a wrong token's 401, an unknown route's 404) in OpenAI's
+error body, so the client shows the server's message. In-process: a full engine queue -> 429 with Retry-After, and
+the chat template path."""
 from __future__ import annotations
 
 import json
@@ -189,6 +191,84 @@ def test_unknown_model_is_404(served):
     assert err.value.body["code"] == "model_not_found"
     with pytest.raises(openai.NotFoundError):
         served.client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+
+
+@pytest.mark.parametrize(("chat", "kw", "param"), [
+    (False, {"prompt": "lookup \x00 key"}, "prompt"),
+    (False, {"prompt": ["lookup : key\x00"]}, "prompt[0]"),
+    (False, {"stop": ["x", "\x00"]}, "stop[1]"),
+    (False, {"stop": "a\x00"}, "stop"),
+    (False, {"user": "u\x00"}, "user"),
+    (True, {"messages": [{"role": "user", "content": "hi\x00there"}]}, "messages[0].content"),
+    (True, {"messages": [{"role": "system", "content": "be brief"},
+                         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "\x00"}]}]},
+     "messages[1].content[1].text"),
+    (True, {"messages": [{"role": "user", "content": "hi", "name": "n\x00"}]}, "messages[0].name"),
+    (True, {"messages": [{"role": "user", "content": "hi"}], "stop": ["\x00"]}, "stop[0]"),
+])
+def test_a_nul_character_is_400_naming_the_field(served, chat, kw, param):
+    """As the gRPC service refuses it (services.common.server.check_request_content): before, these were answered."""
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as err:
+            if chat:
+                served.client.chat.completions.create(model="lm", max_tokens=2, stream=stream, **kw)
+            else:
+                served.client.completions.create(model="lm", max_tokens=2, stream=stream, **{"prompt": PROMPT, **kw})
+        assert err.value.body["param"] == param and err.value.body["code"] == "nul_character", err.value.body
+        assert "NUL" in err.value.message and err.value.body["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("messages", "param", "says"), [
+    ([{"role": "user"}], "messages[0].content", "required"),
+    ([{"role": "system", "content": "be brief"}, {"role": "user", "content": None}], "messages[1].content", "required"),
+    ([{"role": "system", "content": None}, {"role": "user", "content": "hi"}], "messages[0].content", "required"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}, {"role": "user", "content": "x"}],
+     "messages[1].content", "no tools"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant"}], "messages[1].content", "no tools"),
+])
+def test_a_chat_message_without_content_is_400(served, messages, param, says):
+    with pytest.raises(openai.BadRequestError) as err:
+        served.client.chat.completions.create(model="lm", messages=messages, max_tokens=2)
+    assert err.value.body["param"] == param and says in err.value.body["message"], err.value.body
+
+
+def test_a_wrong_token_is_an_authentication_error_with_the_servers_message(served):
+    for base in ("v1", "openai/v1"):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/{base}", api_key="praxon_wrong",
+                               max_retries=0, timeout=30)
+        for call, kw in ((client.completions.create, {"model": "lm", "prompt": PROMPT, "max_tokens": 2}),
+                         (client.chat.completions.create, {"model": "lm", "messages": [{"role": "user",
+                                                                                       "content": "x"}]}),
+                         (client.models.list, {})):
+            with pytest.raises(openai.AuthenticationError) as err:
+                call(**kw)
+            message = "invalid or revoked API token for this predictor's tenant"
+            assert err.value.message == f"Error code: 401 - {message}"  # before: only "Error code: 401"
+            assert err.value.body == {"message": message, "type": "invalid_request_error", "param": None,
+                                      "code": "invalid_api_key"}
+            assert err.value.response.headers["www-authenticate"] == "Bearer"
+
+
+def test_other_errors_have_openais_body_and_oip_paths_keep_theirs(served):
+    import httpx
+
+    url = f"http://127.0.0.1:{served.port}"
+    r = httpx.post(f"{url}/v1/completions", json={"model": "lm", "prompt": "x"}, timeout=30)  # no token at all
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert "missing bearer token" in r.json()["error"]["message"]
+    auth = {"Authorization": f"Bearer {served.client.api_key}"}
+    r = httpx.post(f"{url}/v1/no/such/route", json={}, headers=auth, timeout=30)
+    assert r.status_code == 404 and r.json() == {"error": {"message": "Invalid URL (POST /v1/no/such/route)",
+                                                           "type": "invalid_request_error", "param": None,
+                                                           "code": "unknown_url"}}
+    with pytest.raises(openai.NotFoundError) as err:  # what the client shows for it
+        served.client.post("/no/such/route", body={}, cast_to=object)
+    assert err.value.message == "Error code: 404 - Invalid URL (POST /v1/no/such/route)"
+    r = httpx.get(f"{url}/v1/completions", headers=auth, timeout=30)
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    # the Open Inference Protocol's paths answer as its clients (tritonclient, kserve's) read: {"error": "<string>"}
+    r = httpx.post(f"{url}/v2/models/generation/infer", json={"inputs": []}, timeout=30)
+    assert r.status_code == 401 and isinstance(r.json()["error"], str)
 
 
 # ---------------------------------------------------------------------------------------------- in process
