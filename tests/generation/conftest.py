@@ -84,3 +84,63 @@ def openai_service(engine, tokenizer, name: str = "m"):
     async def current():
         return loaded
     return OpenAIService(current, [name], GenerationConfig())
+
+
+def write_llama_gguf(model, tokenizer, path, quantize: str | None = None) -> None:
+    """Write a transformers Llama and its byte-level BPE tokenizer as a GGUF file the way llama.cpp's converter
+    lays it out (tensor names from the gguf package's map, q/k rows permuted for llama.cpp's RoPE, a "gpt2" tokenizer);
+    quantize="Q8_0" stores the 2-D weights quantised."""
+    import json
+
+    import gguf
+    import numpy as np
+
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny-llama")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantize else gguf.LlamaFileType.ALL_F32)
+    vocab = tokenizer.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    special = set(tokenizer.all_special_ids)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(tokens))])
+    w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    w.add_bos_token_id(tokenizer.bos_token_id)
+    w.add_eos_token_id(tokenizer.eos_token_id)
+    w.add_pad_token_id(tokenizer.pad_token_id)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
+
+    def permute(x, n):  # llama.cpp's order of the rotary halves (transformers' loader undoes it)
+        return x.reshape(n, 2, x.shape[0] // n // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+    for k, t in model.state_dict().items():
+        if k == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        a = t.detach().float().numpy()
+        if k.endswith("q_proj.weight"):
+            a = permute(a, cfg.num_attention_heads)
+        elif k.endswith("k_proj.weight"):
+            a = permute(a, cfg.num_key_value_heads)
+        name = names.get_name(k, try_suffixes=(".weight", ".bias"))
+        if quantize and a.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[quantize]
+            w.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

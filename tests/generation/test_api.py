@@ -22,7 +22,7 @@ from praxon.generation.v1 import generation_pb2_grpc
 from praxon.models.v1 import models_pb2, models_pb2_grpc
 from services.generation.settings import GenerationConfig
 from tests import harness
-from tests.generation.conftest import tiny_gpt2, tiny_llama
+from tests.generation.conftest import tiny_gpt2, tiny_llama, write_llama_gguf
 from tests.harness import auth, job_row, rpc_error_details, wait_for
 
 QUEUES = "default,training"
@@ -270,7 +270,8 @@ def test_pickled_and_malformed_uploads_fail_their_job_and_store_nothing(env):
     torch.save({"w": torch.zeros(1)}, buf)
     files["pytorch_model.bin"] = buf.getvalue()
     cases = {"pickled": (_tar(files), "pickled checkpoint 'pytorch_model.bin' refused"),
-             "garbage": (b"this is not an archive" * 10, "archive")}
+             "garbage": (b"this is not an archive" * 10, "archive"),
+             "gguf": (b"GGUF" + b"\xff" * 300, "not a readable GGUF file")}
     for name, (data, message) in cases.items():
         art = _upload(env.channel, env.token, f"{name}.tar.gz", data)
         job = env.stub.StartImportLanguageModelJob(pb.StartImportLanguageModelJobRequest(
@@ -281,6 +282,29 @@ def test_pickled_and_malformed_uploads_fail_their_job_and_store_nothing(env):
         with pytest.raises(grpc.RpcError) as err:  # no model (and so no version) was stored
             env.registry.ListModelVersions(models_pb2.ListModelVersionsRequest(name=f"bad-{name}"), metadata=env.md)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_gguf_upload_is_imported_and_generates_what_the_original_does(env, tmp_path):
+    path = tmp_path / "llama.gguf"
+    write_llama_gguf(env.llama, env.tokenizer, path, quantize="Q8_0")
+    art = _upload(env.channel, env.token, "llama.gguf", path.read_bytes(), "application/octet-stream")
+    job = env.stub.StartImportLanguageModelJob(pb.StartImportLanguageModelJobRequest(
+        model_name="llama-gguf", artifact_id=art), metadata=env.md).job
+    result = _wait(env.settings, job.id)["result"]
+    assert result["model_type"] == "llama" and result["gguf_file_type"] == "MOSTLY_Q8_0"
+    v = env.registry.GetModelVersion(models_pb2.GetModelVersionRequest(model=common_pb2.ModelRef(name="llama-gguf")),
+                                     metadata=env.md).version
+    assert v.version == 1
+    # the served model is transformers' own reading of the file
+    from services.common import hf
+
+    dequantised, _ = hf.load_model(*hf.gguf_to_registry(path))
+    prompt = "fact : the person"
+    got = _gen(env, prompt, name="llama-gguf", max_new_tokens=6, ignore_eos=True)
+    ids = torch.tensor([env.tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+    want = dequantised.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None,
+                                pad_token_id=env.tokenizer.pad_token_id)[0, ids.shape[1]:].tolist()
+    assert [t.token_id for t in got.tokens] == want
 
 
 def _engine(env, name):
