@@ -341,11 +341,27 @@ def state_name(state: int) -> str:
     return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
+def duration(seconds: float) -> str:
+    """42s, 7m05s, 3h12m, 2d04h."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 def progress_line(e: common_pb2.JobEvent, width: int = 30) -> str:
+    """One event as a progress bar: fraction, state, message, "ETA ..." when the job reports its time left (metric
+    eta_s, while it runs), then the other metrics."""
     filled = int(round(min(1.0, max(0.0, e.progress)) * width))
-    metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(e.metrics.items()))
+    metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(e.metrics.items()) if k != "eta_s")
+    if "eta_s" in e.metrics and state_name(e.state) not in TERMINAL:
+        metrics = f"ETA {duration(e.metrics['eta_s'])} " + metrics
     return (f"[{'#' * filled}{'.' * (width - filled)}] {e.progress * 100:5.1f}% {state_name(e.state):9} "
-            f"{e.message[:50]:50} {metrics}")
+            f"{e.message[:50]:50} {metrics}").rstrip()
 
 
 class StillRunning(SystemExit):

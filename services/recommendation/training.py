@@ -98,7 +98,19 @@ def evaluate_model(model: torch.nn.Module | None, popularity: torch.Tensor, samp
 
 class TrainRun:
     """The Steps of one training run (total = epochs; early stopping shortens it). `dataset` may be given now or
-    read in setup (the job reads it from its artifact)."""
+    read in setup (the job reads it from its artifact).
+
+    In a job (a ctx), the time left shows from the first batches: after FIRST_REPORT_BATCHES batches of an epoch,
+    then every PROGRESS_EVERY_S seconds, a progress event "epoch e/E: batch b/B" carries `eta_s` (the CLI shows it as
+    "ETA ..."), and so does each epoch's own event. Until an epoch has been timed whole, an epoch is estimated as its
+    batches at the pace measured so far plus a validation pass scaled from one timed on EVAL_PROBE validation samples
+    (for the diffusion models, sampling makes validation most of an epoch); afterwards as the mean measured epoch.
+    Early stopping may end the run sooner: the ETA is for every epoch left."""
+
+    FIRST_REPORT_BATCHES = 3
+    PROGRESS_EVERY_S = 15.0
+    EVAL_PROBE = 32
+    progress_span = (0.0, 0.99)  # run_steps' default: where a step's own progress events fall
 
     def __init__(self, cfg: TrainParams, dataset: Dataset | None = None):
         self.cfg = cfg
@@ -124,6 +136,7 @@ class TrainRun:
         self.epoch, self.best_score, self.best_epoch, self.bad_epochs = 0, -1.0, 0, 0
         self.history: list[dict[str, float]] = []
         self.train_seconds, self.seconds_to_best = 0.0, 0.0
+        self.eval_estimate_s: float | None = None
         if cfg.model_kind == "popularity":
             return
         torch.manual_seed(cfg.seed)
@@ -145,6 +158,8 @@ class TrainRun:
         n = len(self.train_s)
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + i)).to(self.device)
         total, batches = 0.0, 0
+        n_batches = n // cfg.batch_size + (1 if n % cfg.batch_size >= 2 else 0)  # (a last batch of 1 is skipped)
+        reported_at: float | None = None
         part_sums: dict[str, float] = {}
         for bi, lo in enumerate(range(0, n, cfg.batch_size)):
             idx = perm[lo:lo + cfg.batch_size]
@@ -163,6 +178,12 @@ class TrainRun:
             self.opt.step()
             total += float(loss.detach())
             batches += 1
+            if self.ctx is not None and batches < n_batches:
+                now = time.perf_counter()
+                if batches == self.FIRST_REPORT_BATCHES or (
+                        reported_at is not None and now - reported_at >= self.PROGRESS_EVERY_S):
+                    self._report_batches(i, batches, n_batches, now - t0, total / batches)
+                    reported_at = time.perf_counter()
         self.epoch = i + 1
         valid = evaluate_model(model, self.popularity, self.valid_s, seed=cfg.seed, batch_size=cfg.eval_batch_size)
         self.train_seconds += time.perf_counter() - t0
@@ -180,7 +201,42 @@ class TrainRun:
                "valid_ndcg_10": valid["ndcg@10"], "valid_masked_ndcg_10": valid["masked_ndcg@10"]}
         rec.update({k_: v_ / max(batches, 1) for k_, v_ in part_sums.items() if k_ != "loss"})
         self.history.append(rec)
-        return {**rec, "best_epoch": float(self.best_epoch)}
+        eta = self.train_seconds / self.epoch * max(0, self.total - self.epoch)  # the mean epoch, every epoch left
+        return {**rec, "best_epoch": float(self.best_epoch), "eta_s": eta}
+
+    def _report_batches(self, i: int, done: int, n_batches: int, elapsed: float, loss: float) -> None:
+        """A progress event inside epoch i: batches done, the loss so far and the time left (eta_s)."""
+        per_batch = elapsed / done
+        if self.epoch > 0:  # epochs timed whole (this process, or before a resume: train_seconds is checkpointed)
+            epoch_s = self.train_seconds / self.epoch
+            eval_s = 0.0 if self.eval_estimate_s is None else self.eval_estimate_s
+        else:
+            eval_s = self._estimate_eval_seconds()
+            epoch_s = per_batch * n_batches + eval_s
+        eta = per_batch * (n_batches - done) + eval_s + epoch_s * max(0, self.total - i - 1)
+        lo, hi = self.progress_span
+        self.ctx.progress(lo + (hi - lo) * (i + done / n_batches) / max(self.total, 1),
+                          f"epoch {i + 1}/{self.total}: batch {done}/{n_batches}", eta_s=eta, loss=loss)
+
+    def _estimate_eval_seconds(self) -> float:
+        """Seconds one validation pass will take, from one timed on the first EVAL_PROBE validation samples (once
+        per run; evaluation draws from its own generator, so training is unchanged)."""
+        import time
+
+        if self.eval_estimate_s is None:
+            k = min(self.EVAL_PROBE, len(self.valid_s))
+            if k == 0:
+                self.eval_estimate_s = 0.0
+            else:
+                rng = torch.get_rng_state()  # (and the global stream stays where training left it)
+                t0 = time.perf_counter()
+                try:
+                    evaluate_model(self.model, self.popularity, self.valid_s.subset(torch.arange(k)),
+                                   seed=self.cfg.seed, batch_size=self.cfg.eval_batch_size)
+                finally:
+                    torch.set_rng_state(rng)
+                self.eval_estimate_s = (time.perf_counter() - t0) * len(self.valid_s) / k
+        return self.eval_estimate_s
 
     def state(self) -> dict[str, Any]:
         st = {"format": CHECKPOINT_FORMAT, "config": self.cfg.training_fields(), "n_items": self.dataset.n_items,

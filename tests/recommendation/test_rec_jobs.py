@@ -96,8 +96,13 @@ class CrashAfter(InMemoryJobContext):
 
     def progress(self, fraction, message="", **metrics):
         super().progress(fraction, message, **metrics)
-        if len(self.events) >= self.n:
+        if len(epoch_events(self)) >= self.n:
             raise RuntimeError("worker killed")
+
+
+def epoch_events(ctx):
+    """The events of whole epochs (they carry the epoch's metrics), not those inside an epoch (batches, ETA)."""
+    return [e for e in ctx.events if "epoch" in e[2]]
 
 
 @pytest.mark.parametrize("kind", ["preferdiff", "sasrec_ce"])
@@ -115,7 +120,7 @@ def test_resume_after_kill_equals_an_uninterrupted_run(dataset_blob, kind):
     resumed = InMemoryJobContext(params=dict(crash.params), checkpoint=crash.checkpoint)
     resumed.artifacts = dict(crash.artifacts)
     out = run_training(resumed)
-    assert [e[2]["epoch"] for e in resumed.events[:-1]] == [3.0, 4.0]  # only the missing epochs ran
+    assert [e[2]["epoch"] for e in epoch_events(resumed)] == [3.0, 4.0]  # only the missing epochs ran
     timing = {"seconds_to_best"}
     assert {k: v for k, v in out["metrics"].items() if k not in timing} == \
         {k: v for k, v in full["metrics"].items() if k not in timing}
@@ -124,8 +129,8 @@ def test_resume_after_kill_equals_an_uninterrupted_run(dataset_blob, kind):
     assert tensors.keys() == full_tensors.keys()
     for k in tensors:
         assert_close(tensors[k], full_tensors[k], rtol=0, atol=0)
-    losses_full = [e[2]["loss"] for e in full_ctx.events[:-1]]
-    losses_resumed = [e[2]["loss"] for e in crash.events] + [e[2]["loss"] for e in resumed.events[:-1]]
+    losses_full = [e[2]["loss"] for e in epoch_events(full_ctx)]
+    losses_resumed = [e[2]["loss"] for e in epoch_events(crash)] + [e[2]["loss"] for e in epoch_events(resumed)]
     assert_close(torch.tensor(losses_resumed), torch.tensor(losses_full), rtol=0, atol=0)
 
 
@@ -300,3 +305,33 @@ def test_sweep_job_runs_each_point_as_a_child_training_job(dataset_blob):
         run_sweep(InMemoryJobContext(params={"dataset_artifact_id": "x", "grid": {"dim": [15]},
                                              "base": {"heads": 2}}))
     assert e.value.violations[0].field == "params.base.dim"
+
+
+def test_training_shows_its_eta_from_the_first_batches(dataset_blob):
+    """Issue 39: the time left is known after the first batches, not after the first epoch (43 minutes for PreferDiff
+    at its paper settings on two cores): an event after FIRST_REPORT_BATCHES batches of epoch 1 carries eta_s, so
+    does every epoch's event (0 after the last); timing the validation probe leaves training unchanged."""
+    from praxon.common.v1 import common_pb2
+    from services.common.client import progress_line
+    from services.recommendation.params import TrainParams
+    from services.recommendation.training import TrainRun, fit
+
+    params = dict(model_kind="preferdiff", epochs=2, seed=3, **{**FAST, "batch_size": 16})
+    ctx = ctx_with(dataset_blob, **params)
+    out = run_training(ctx)
+    first_fraction, first_message, first_metrics = ctx.events[0]
+    n_batches = int(first_message.rpartition("/")[2])
+    assert first_message == f"epoch 1/2: batch {TrainRun.FIRST_REPORT_BATCHES}/{n_batches}" and n_batches > 3
+    assert first_metrics["eta_s"] > 0 and 0 < first_fraction < 0.99 / 2
+    epoch_events = [(m, x) for _, m, x in ctx.events if m.startswith("epoch") and ": batch" not in m]
+    assert [m for m, _ in epoch_events] == ["epoch 1/2", "epoch 2/2"]
+    assert epoch_events[0][1]["eta_s"] > 0 and epoch_events[1][1]["eta_s"] == 0
+    # the CLI's progress bar shows it
+    event = common_pb2.JobEvent(progress=first_fraction, message=first_message, state=common_pb2.JOB_STATE_RUNNING,
+                                metrics={"eta_s": 3725.0, "loss": 1.5})
+    assert "ETA 1h02m loss=1.5" in progress_line(event)
+    # the same training as without a job (no events, no probe)
+    ds = Dataset.from_bytes(dataset_blob)
+    direct = fit(TrainParams(**params, dataset_artifact_id="x"), ds)
+    assert out["metrics"]["test_ndcg_10"] == direct.test_metrics["ndcg@10"]
+    assert out["metrics"]["valid_recall_5"] == direct.valid_metrics["recall@5"]
