@@ -246,3 +246,51 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
     docs.extend(copy_document(crng) for _ in range(n_copy))
     rng.shuffle(docs)
     return docs
+
+
+# ------------------------------------------------------------------ long-context tasks for a pretrained model
+# Passkey retrieval (a five-digit key hidden at a random depth in filler text, the test of Mohtashami & Jaggi 2023)
+# and multi-key lookup (several named five-digit codes in filler, one asked), in plain English for a model such as
+# Gemma; the built-in corpus's own tasks above are for the models trained here.
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Irene", "Jack", "Karen", "Leo",
+         "Maria", "Nina", "Oscar", "Paul")
+
+
+@dataclass(frozen=True)
+class Example:
+    """A long-context question for a pretrained model: right when the continuation starts with `answer`."""
+
+    prompt: str
+    answer: str
+
+
+def haystack_passkeys(seed: int, n: int, fillers: int) -> list[Example]:
+    """n passkey prompts of `fillers` filler lines each (about 27 Gemma tokens a line), the key at a random depth."""
+    rng = random.Random(20_000 + seed)
+    out = []
+    for _ in range(n):
+        key = str(rng.randint(10_000, 99_999))
+        parts = [FILLER] * fillers
+        parts.insert(rng.randint(0, fillers), f"The pass key is {key}. Remember it. {key} is the pass key. ")
+        out.append(Example("There is an important piece of information hidden inside a lot of irrelevant text. Find "
+                           "it and memorize it.\n\n" + "".join(parts) + "\nWhat is the pass key? The pass key is",
+                           key))
+    return out
+
+
+def haystack_codes(seed: int, n: int, fillers: int, keys: int = 4) -> list[Example]:
+    """n prompts with `keys` named codes hidden among `fillers` filler lines; one name is asked."""
+    rng = random.Random(30_000 + seed)
+    out = []
+    for _ in range(n):
+        names = rng.sample(NAMES, keys)
+        codes = {name: str(rng.randint(10_000, 99_999)) for name in names}
+        parts = [FILLER] * fillers
+        for name in names:
+            parts.insert(rng.randint(0, len(parts)), f"The secret code of {name} is {codes[name]}. ")
+        ask = rng.choice(names)
+        out.append(Example("Remember the secret codes hidden in the text below.\n\n" + "".join(parts) +
+                           f"\nQuestion: What is the secret code of {ask}?\nAnswer: The secret code of {ask} is",
+                           codes[ask]))
+    return out
