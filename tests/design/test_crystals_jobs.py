@@ -1,7 +1,8 @@
 """SymmCD's jobs on InMemoryJobContext: the diffusion pieces (wrapped-normal score, discrete posterior, masked
-lattice noise), training with checkpoint/resume, generation (symmetry by construction, spglib's verdict, atom-count
-ranges, composition hints), learning against the untrained model, the baselines, bad input, resume of a killed
-generation job."""
+lattice noise), training on the built-in real structures with checkpoint/resume and progress with an ETA, the trained
+network against an untrained one (validity and space-group match thresholds), generation (re-draws, every group
+answered or said why, fixed formulas, SMACT re-draws, atom-count ranges, composition hints), the baselines, bad input,
+resume of a killed generation job."""
 from __future__ import annotations
 
 import re
@@ -11,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from services.common.errors import Cancelled, InvalidArgument
+from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument
 from services.common.jobcontext import InMemoryJobContext
 from services.design.crystals import generate as G
 from services.design.crystals import jobs as J
 from services.design.crystals import model as M
+from services.design.crystals import representation as R
 
-SMALL = {"timesteps": 100, "hidden": 32, "layers": 2, "lr": 2e-3, "batch_size": 32}
+SMALL = {"timesteps": 100, "hidden": 48, "layers": 2, "lr": 2e-3, "batch_size": 32}
 
 warnings.filterwarnings("ignore", module="pymatgen|pyxtal|spglib")
 
@@ -31,8 +33,9 @@ def _ctx(params, kind, like=None):
 
 @pytest.fixture(scope="module")
 def dataset():
+    """The built-in set: real structures only (no generated supplement by default)."""
     torch.set_num_threads(1)
-    ctx = _ctx({"builtin": True, "n_random": 75, "include_shipped": False, "seed": 0}, "design.crystals.import")
+    ctx = _ctx({"builtin": True, "seed": 0}, "design.crystals.import")
     res = J.run_import(ctx)
     return ctx, res
 
@@ -40,10 +43,27 @@ def dataset():
 @pytest.fixture(scope="module")
 def trained(dataset):
     ctx, res = dataset
-    tc = _ctx({"dataset_artifact_id": res["dataset_artifact_id"], "steps": 400, "checkpoint_every": 100, **SMALL},
+    tc = _ctx({"dataset_artifact_id": res["dataset_artifact_id"], "steps": 800, "checkpoint_every": 400, **SMALL},
               "design.crystals.train", ctx)
     out = J.run_training(tc)
     return tc, out
+
+
+def test_the_built_in_set_is_real_structures_with_their_provenance(dataset):
+    ctx, res = dataset
+    assert res["n_crystals"] >= 350 and res["n_real"] == res["n_crystals"] and res["n_generated"] == 0
+    prov = res["provenance"]
+    assert {"aflow", "ase-dcdft", "pymatgen", "pyxtal", "mp"} <= set(prov) and "generated" not in prov
+    assert sum(v["count"] for v in prov.values()) == res["n_crystals"] and prov["aflow"]["count"] >= 200
+    assert all(v["what"] for v in prov.values())
+    ds = J.read_dataset(ctx, res["dataset_artifact_id"], "d")
+    assert ds.stats()["provenance"] == prov and len(ds.subset("test")) >= 25 and res["n_space_groups"] >= 80
+    # a generated supplement is labelled as such, in each crystal's source and in the provenance
+    sup = _ctx({"builtin": True, "include_shipped": False, "n_random": 4, "seed": 0}, "design.crystals.import")
+    out = J.run_import(sup)
+    assert out["n_real"] == 0 and out["n_generated"] == out["n_crystals"] > 0
+    assert set(out["provenance"]) == {"generated"}
+    assert all(c.source.startswith("generated:") for c in J.read_dataset(sup, out["dataset_artifact_id"], "d").crystals)
 
 
 def _generate(like, model_version_id, **params):
@@ -169,42 +189,154 @@ def test_training_learns_resumes_and_registers(dataset):
         torch.testing.assert_close(a[k], b[k], msg=k)
     losses = [e[2]["loss"] for e in killed.events if "loss" in e[2]]
     assert len(losses) == 6 + (12 - 4)  # steps 5 and 6 ran twice, nothing else
+    # progress says the time per step and the ETA of the rest
+    msgs = [e[1] for e in straight.events if e[1].startswith("training step")]
+    assert len(msgs) == 12 and all(re.fullmatch(rf"training step {i + 1}/12, \d+ ms/step, ETA \d+s", m)
+                                   for i, m in enumerate(msgs))
     info, _, config, lineage = straight.models[out["model_version_id"]]
     assert info.version is None and config["format"] == J.MODEL_FORMAT
     assert lineage["dataset_artifact_id"] == res["dataset_artifact_id"]
 
 
-def test_generated_crystals_have_their_group_by_construction(trained, dataset):
+def _single_draws(model, n: int, seed: int, ref) -> dict:
+    """n single draws (no re-draws: the network's own quality) over the training distribution of groups."""
+    made = G.sample_symmcd(model, G.Request({}, 1, 48), n, seed=seed)
+    rows = [G.evaluate(s, info["requested_sg"], rep.space_group if rep is not None else None) for rep, s, info in made]
+    return G.summarize(rows, ref, 1.0, n)
+
+
+THRESHOLDS = {"structural_validity": 0.6, "compositional_validity": 0.6, "space_group_match_rate": 0.75}
+
+
+def test_the_trained_network_passes_thresholds_the_untrained_one_fails(trained, dataset):
+    """Issue 37: what a trained network adds beyond symmetry by construction. Single draws (no re-draws), 48 crystals
+    (two seeds of 24) over the training distribution of groups: the trained model reaches THRESHOLDS in structural
+    validity, SMACT compositional validity and exact space-group match (spglib, symprec 0.1); the untrained model
+    (random network, uniform priors) misses all three. A third model, the untrained network with the priors fitted
+    to the same data (type and site-symmetry marginals, groups, sizes, lattice range: only the network differs),
+    misses the structural and group thresholds and is below the trained one on all three. Measured (800 steps of
+    the small model here): trained 0.69 / 0.73 / 0.88, priors only 0.42 / 0.56 / 0.58, untrained 0.0-0.2 each."""
+    tc, out = trained
+    ctx, data = dataset
+    tensors, config = tc.load_model(out["model_version_id"])
+    trained_model = M.load(tensors, config)
+    train = J.read_dataset(ctx, data["dataset_artifact_id"], "d").subset("train")
+    untrained = M.build(trained_model.cfg, seed=0)
+    priors_only = M.build(trained_model.cfg, seed=0)
+    priors_only.fit_priors(train)
+    ref = G.reference_stats(train)
+
+    def rates(model) -> dict:
+        made = [_single_draws(model, 24, seed, ref) for seed in (3, 4)]
+        return {k: float(np.mean([m[k] for m in made])) for k in (*THRESHOLDS, "validity", "space_group_jsd")}
+    t, u, p = rates(trained_model), rates(untrained), rates(priors_only)
+    print(f"\ntrained {t}\nuntrained {u}\npriors only {p}")
+    for k, v in THRESHOLDS.items():
+        assert t[k] >= v > u[k], k
+        assert t[k] > p[k], k
+    assert p["structural_validity"] < THRESHOLDS["structural_validity"]
+    assert p["space_group_match_rate"] < THRESHOLDS["space_group_match_rate"]
+    assert t["validity"] > max(u["validity"], p["validity"]) and t["space_group_jsd"] < u["space_group_jsd"]
+
+
+def test_generated_crystals_with_redraws_have_their_group_and_every_slot_answers(trained):
     tc, out = trained
     g, res = _generate(tc, out["model_version_id"], n=32, batch_size=16, max_atoms=32, seed=1)
     rows = res["rows"]
-    assert len(rows) == 32
+    assert len(rows) == 32 and not any(r["reason"] for r in rows)
     assert all(r["invariant"] for r in rows)  # every crystal is invariant under its group's operations
     assert not any(r["failed"] for r in rows)  # no degenerate cell (the predicted lattice is clipped while sampling)
     match = np.mean([r["space_group_match"] for r in rows])
-    valid = [r for r in rows if r["structurally_valid"]]
-    valid_match = np.mean([r["space_group_match"] for r in valid])
-    print(f"\nspglib (symprec 0.1) detects exactly the requested group for {match:.0%} of all crystals and "
-          f"{valid_match:.0%} of the {len(valid)} structurally valid ones; summary {res['summary']}")
+    print(f"\nspglib (symprec 0.1) detects exactly the requested group for {match:.0%}; summary {res['summary']}")
     assert res["summary"]["space_group_match_rate"] == pytest.approx(match)
-    # The issue's >= 90% (spglib, symprec 0.1), with the default re-draws (generate.sample_symmcd: a crystal whose
-    # group spglib does not detect exactly, or with atoms within 0.5 A, is re-drawn up to 5 times). Measured over the
-    # training distribution, 32 crystals, over training seeds 0-2 x generation seeds 0-4: 0.91..1.00 with 3 re-draws,
-    # 0.97 with the default 5 for the seeds here; the single draw of the paper gave 0.66..0.88 (misses: supergroups,
-    # e.g. one element on 1a + 1b of Pm-3m is Im-3m, and invalid cells). A miss left after the re-draws stays a miss
-    # in the report.
-    assert match >= 0.9
-    assert res["summary"]["first_draw_space_group_match_rate"] <= match
+    assert match >= 0.9 and res["summary"]["first_draw_space_group_match_rate"] <= match
     assert all(r["space_group_match"] or r["draws"] == 6 for r in rows)  # a miss only when the re-draws ran out
-    # every structurally valid crystal has at least the requested group's operations (a miss is a supergroup)
-    assert len(valid) >= 8
-    assert all(r["requested_ops_found"] for r in valid)
+    valid = [r for r in rows if r["structurally_valid"]]
+    assert len(valid) >= 24 and all(r["requested_ops_found"] for r in valid)
     assert "simplified SymmCD" in res["summary"]["model_notes"] and res["summary"]["sampling_steps"] == 100
     assert all(1 <= r["n_atoms"] <= 32 for r in rows)
+    assert {x["space_group"] for x in res["summary"]["groups"]} == {r["requested_space_group"] for r in rows}
     # one CIF artifact per crystal and one report, written at the end
     cifs = [a for a in g.artifacts.values() if a[2] == J.CIF_CONTENT_TYPE]
     assert len(cifs) == 32 and len({r["cif_artifact_id"] for r in rows}) == 32
     assert any(a[2] == J.REPORT_CONTENT_TYPE for a in g.artifacts.values())
+
+
+def test_no_request_returns_an_empty_successful_set(trained, monkeypatch):
+    """R-3m (166) once came back with no crystal and a successful job. Now every slot holds a crystal or says why,
+    the summary covers every group asked, and a job that made nothing fails with FAILED_PRECONDITION."""
+    tc, out = trained
+    _, res = _generate(tc, out["model_version_id"], n=6, batch_size=6, space_groups={166: 1.0}, seed=0)
+    assert len(res["rows"]) == 6 and all(r["requested_space_group"] == 166 for r in res["rows"])
+    g166 = res["summary"]["groups"]
+    assert [x["space_group"] for x in g166] == [166] and g166[0]["requested"] == 6
+    assert g166[0]["generated"] == 6 or g166[0]["reason"]
+    assert all(r["formula"] or r["reason"] for r in res["rows"])
+    # a formula some drawn groups cannot hold: those slots say why, the others hold crystals of the formula
+    _, res = _generate(tc, out["model_version_id"], n=16, batch_size=16, formula="CaTiO3", max_atoms=10, seed=2)
+    rows, groups = res["rows"], res["summary"]["groups"]
+    assert len(rows) == 16 and sum(x["requested"] for x in groups) == 16
+    missing = [r for r in rows if r["reason"]]
+    assert missing and len(missing) < 16 and res["summary"]["n_failed"] == len(missing)
+    for r in missing:
+        assert "no placement of CaTiO3" in r["reason"] and not r["cif_artifact_id"] and r["failed"]
+        assert not R.wyckoff_plans(r["requested_space_group"], R.parse_formula("CaTiO3"), 1, 10)
+    assert all(g["generated"] == g["requested"] or g["reason"] for g in groups)
+    assert all(r["formula"] == "CaTiO3" for r in rows if not r["reason"])
+    # nothing made at all: the job fails, naming each group and why
+    real = G.sample_symmcd
+    monkeypatch.setattr(G, "sample_symmcd", lambda *a, **k: real(*a, **{**k, "steps_rounds": 0, "max_retries": 0}))
+    with pytest.raises(FailedPrecondition) as e:
+        _generate(tc, out["model_version_id"], n=4, batch_size=4, space_groups={166: 1.0, 225: 1.0}, seed=0)
+    assert e.value.reason == "NO_CRYSTAL_GENERATED" and "space group 166" in e.value.message \
+        and "space group 225" in e.value.message
+
+
+def test_a_fixed_formula_is_respected_in_every_group(trained):
+    tc, out = trained
+    groups = {221: 1.0, 62: 1.0, 166: 1.0, 194: 1.0}
+    _, res = _generate(tc, out["model_version_id"], n=12, batch_size=12, space_groups=groups, formula="CaTiO3",
+                       max_atoms=40, seed=0)
+    rows = res["rows"]
+    assert len(rows) == 12 and not any(r["reason"] for r in rows)
+    assert all(r["formula"] == "CaTiO3" for r in rows)  # exact: types and site symmetries held while sampling
+    assert {r["requested_space_group"] for r in rows} == set(groups)
+    assert all(r["invariant"] for r in rows) and np.mean([r["space_group_match"] for r in rows]) >= 0.9
+    assert all(r["compositionally_valid"] for r in rows)
+    assert "formula CaTiO3 fixed" in res["summary"]["model_notes"]
+    # a formula no requested group can hold in the range is refused up front, naming the field
+    with pytest.raises(InvalidArgument) as e:
+        _generate(tc, out["model_version_id"], space_groups={225: 1.0}, formula="CaTiO3", max_atoms=10)
+    assert e.value.violations[0].field == "formula"
+    with pytest.raises(InvalidArgument) as e:
+        _generate(tc, out["model_version_id"], formula="CaXx3")
+    assert e.value.violations[0].field == "params.formula"
+
+
+def test_require_valid_composition_redraws_and_reports_the_first_draws(trained):
+    tc, out = trained
+    common = {"n": 24, "batch_size": 24, "max_atoms": 32, "seed": 5}
+    _, plain = _generate(tc, out["model_version_id"], max_retries=0, **common)
+    _, redrawn = _generate(tc, out["model_version_id"], max_retries=5, require_valid_composition=True, **common)
+    p, r = plain["summary"], redrawn["summary"]
+    print(f"\ncompositional validity: single draw {p['compositional_validity']:.2f}, first draws "
+          f"{r['first_draw_compositional_validity']:.2f}, after re-draws {r['compositional_validity']:.2f}")
+    # the same seed: the first draws are (up to slots first filled in a later round) the single draws
+    assert r["first_draw_compositional_validity"] == pytest.approx(p["compositional_validity"], abs=0.1)
+    assert r["compositional_validity"] >= 0.95 and r["compositional_validity"] > p["compositional_validity"]
+    for row in redrawn["rows"]:
+        ok = row["compositionally_valid"] and row["space_group_match"] and row["structurally_valid"]
+        assert ok or row["draws"] == 6
+        assert (row["draws"] == 1) == (row["first_draw_compositionally_valid"] and row["first_draw_space_group_match"]
+                                       and row["first_draw_structurally_valid"])
+    assert "the composition passes SMACT" in r["model_notes"]
+
+
+def test_smact_is_the_composition_check():
+    assert G.smact_valid({"Na": 4, "Cl": 4}) and G.smact_valid({"Ca": 1, "Ti": 1, "O": 3})
+    assert not G.smact_valid({"Na": 1, "Cl": 2}) and not G.smact_valid({"Fe": 3, "O": 4 + 1})
+    assert G.smact_valid({"Cu": 2}) and G.smact_valid({"Cu": 1, "Zn": 1})  # an element, an alloy (as CDVAE counts)
+    assert not G.smact_valid({})
 
 
 # groups where one draw of this small model often lands on a supergroup: C2/c atoms on 4e (-> orthorhombic),
@@ -260,29 +392,6 @@ def test_requested_groups_ranges_and_composition_hints(trained):
     assert all(r["invariant"] for r in rows)
 
 
-def test_training_lowers_divergence_and_density_distance_vs_untrained(trained, dataset):
-    tc, out = trained
-    ctx, data = dataset
-    tensors, config = tc.load_model(out["model_version_id"])
-    trained_model = M.load(tensors, config)
-    untrained = M.build(trained_model.cfg, seed=0)  # no data seen: random denoiser, uniform priors
-    hist = {int(k): float(v) for k, v in enumerate(trained_model.sg_dist.tolist()) if v > 0}
-    ref = G.reference_stats(J.read_dataset(ctx, data["dataset_artifact_id"], "d").subset("train"))
-    req = G.Request(hist, 1, 32)
-    summaries = {}
-    for name, model in (("untrained", untrained), ("trained", trained_model)):
-        made = G.sample_symmcd(model, req, 24, seed=3)
-        rows = [G.evaluate(s, info["requested_sg"], rep.space_group) for rep, s, info in made]
-        summaries[name] = G.summarize(rows, ref, 1.0, 24)
-    u, t = summaries["untrained"], summaries["trained"]
-    print(f"\nuntrained {u}\ntrained {t}")
-    assert t["space_group_jsd"] < u["space_group_jsd"]
-    # no usable cell at all from the untrained model is an infinite distance
-    assert t["density_wasserstein"] is not None
-    assert u["density_wasserstein"] is None or t["density_wasserstein"] < 0.5 * u["density_wasserstein"]
-    assert t["structural_validity"] > u["structural_validity"]
-
-
 def test_baselines_share_the_report_format(trained, dataset):
     ctx, data = dataset
     tc, out = trained
@@ -298,7 +407,11 @@ def test_baselines_share_the_report_format(trained, dataset):
     assert set(p1_res["summary"]) == set(rnd_res["summary"])
     assert set(p1_res["rows"][0]) - {"wyckoff"} == set(rnd_res["rows"][0]) - {"wyckoff"}
     assert all(r["wyckoff"] == ["1a"] * len(r["wyckoff"]) for r in p1_res["rows"])  # P1: general positions only
-    assert rnd_res["summary"]["space_group_match_rate"] >= 0.5  # pyxtal builds in the group too
+    made = [r for r in rnd_res["rows"] if not r["reason"]]
+    print(f"\npyxtal: {[(r['formula'], r['detected_space_group'], r['reason'][:40]) for r in rnd_res['rows']]}")
+    assert len(rnd_res["rows"]) == 4 and all(r["formula"] or "pyxtal found no random crystal" in r["reason"]
+                                             for r in rnd_res["rows"])
+    assert made and np.mean([r["requested_ops_found"] for r in made]) >= 0.5  # pyxtal builds in the group too
 
 
 @pytest.mark.parametrize("params,field", [

@@ -102,6 +102,10 @@ def generation_params(request: pb.StartCrystalGenerationJobRequest) -> dict[str,
         if not 0 <= request.max_retries <= 10:
             raise InvalidArgument("max_retries", "must be in 0..10")
         params["max_retries"] = request.max_retries
+    if request.formula:
+        params["formula"] = request.formula
+    if request.require_valid_composition:
+        params["require_valid_composition"] = True
     if request.reference_dataset_artifact_id:
         params["reference_dataset_artifact_id"] = parse_uuid(request.reference_dataset_artifact_id,
                                                              "reference_dataset_artifact_id")
@@ -113,9 +117,12 @@ def generation_params(request: pb.StartCrystalGenerationJobRequest) -> dict[str,
     p = parse_params(GenerateParams, check, field_paths={"composition_hints": "composition_hints",
                                                          "space_groups": "space_group_distribution",
                                                          "n": "num_samples", "min_atoms": "atom_count_range.min",
-                                                         "max_atoms": "atom_count_range.max"})
+                                                         "max_atoms": "atom_count_range.max",
+                                                         "formula": "formula"})
     check_request(p)
     params["composition_hints"] = list(p.composition_hints)
+    if p.formula:
+        params["formula"] = p.formula
     return params
 
 

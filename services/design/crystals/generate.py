@@ -10,7 +10,6 @@ electronegativity test; single elements and all-metal compositions count as vali
 number of elements and the Jensen-Shannon divergence of the detected space-group histogram, against a reference set."""
 from __future__ import annotations
 
-import itertools
 import math
 import time
 import warnings
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 
 from services.design.crystals import representation as R
+from services.design.crystals.representation import formula_text, parse_formula, wyckoff_plans  # noqa: F401
 
 SYMPREC = 0.1
 
@@ -29,12 +29,16 @@ SYMPREC = 0.1
 @dataclass(frozen=True)
 class Request:
     """What to generate: a distribution over space groups ({sg: weight}; empty = the model's training
-    distribution), the total atom-count range of the cell, optional allowed elements."""
+    distribution), the total atom-count range of the cell, optional allowed elements, an optional fixed formula
+    (((element, count), ...) of the reduced formula: every crystal is that formula times some Z), and whether a
+    crystal whose composition fails SMACT's check is re-drawn like one that misses its group."""
 
     groups: dict[int, float]
     min_atoms: int
     max_atoms: int
     elements: tuple[str, ...] = ()
+    formula: tuple[tuple[str, int], ...] = ()
+    require_valid_composition: bool = False
 
 
 def check_reachable(groups: dict[int, float], lo: int, hi: int) -> list[int]:
@@ -69,25 +73,42 @@ def _z_mask(elements: tuple[str, ...]) -> torch.Tensor | None:
     return m
 
 
+def _plan_weight(model, sg: int, plan: list[tuple[str, str]]) -> float:
+    """How likely the model's per-group site-symmetry marginal finds a plan's positions (each atom's one-hot
+    scored axis by axis), so the plans drawn for a fixed formula follow the training data's site symmetries."""
+    prior = model.symm_prior_of(torch.tensor([sg]))[0].double().numpy()  # [15, 13]
+    logp = 0.0
+    for _, label in plan:
+        oh = R.wyckoff_by_label(sg, label).site_symm.reshape(prior.shape)
+        logp += float(np.log(np.maximum((prior * oh).sum(-1), 1e-12)).sum())
+    return logp
+
+
 def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int = 4, oversample: float = 1.5,
                   sampling_steps: int | None = None, max_retries: int = 0
                   ) -> list[tuple[R.CrystalRep | None, Any, dict]]:
-    """n crystals of the request. Each of the n slots gets its requested group once (so re-draws do not tilt the
-    group distribution); a slot's candidates outside the atom-count range are discarded (at most `steps_rounds`
-    rounds with `oversample` candidates per empty slot).
+    """n crystals of the request, one per slot, always n entries: a slot that got no crystal in the atom-count
+    range (or, with a fixed formula, no placement of it in its group) comes back as (None, None, info) with
+    info["failed"] and info["reason"] saying why, so the report covers every group asked and never reads as an
+    empty success. Each slot gets its requested group once (re-draws do not tilt the group distribution); a slot's
+    candidates outside the range are discarded (at most `steps_rounds` rounds, `oversample` candidates per empty
+    slot).
 
     Acceptance check and re-draws (max_retries > 0, symmetric model only). SymmCD's released code
     (sibasmarak/SymmCD: DiffusionWithSiteSymm.sample -> modify_frac_coords) snaps and expands once and scores spglib's
     verdict afterwards (scripts/compute_metrics.py, symprec 0.1), with no check or retry. We add one: after snapping
-    and expanding, `check_crystal` (spglib finds exactly the requested group at symprec 0.1, every distance > 0.5 A);
-    a crystal that fails it (a supergroup: all atoms on special positions of a larger group, or a lattice metrically
-    of a higher family; or an invalid cell) is re-drawn from the model with fresh noise, in the same group, at most
-    max_retries times. We re-draw rather than nudge free parameters or the lattice off special values: a re-draw is
-    still a sample of the model snapped the paper's way, and it also covers supergroups with no free parameter
-    (4a + 4b of Fm-3m). A slot that fails every draw keeps its last crystal, reported as the miss it is; info
-    carries the slot's draws and its first draw's verdict (the rate before retries).
-    sampling_steps: the diffusion timesteps visited (None: all T of the model; fewer: strided, SymmCD.sample).
-    Returns (rep, structure, info) per crystal; fewer than n when the range was not met in time."""
+    and expanding, `check_crystal` (spglib finds exactly the requested group at symprec 0.1, every distance > 0.5 A,
+    and with req.require_valid_composition the composition passes SMACT); a crystal that fails it is re-drawn from
+    the model with fresh noise, in the same group, at most max_retries times. We re-draw rather than nudge free
+    parameters or the lattice off special values: a re-draw is still a sample of the model snapped the paper's way.
+    A slot that fails every draw keeps its last crystal, reported as the miss it is; info carries the slot's draws
+    and its first draw's verdict (the rates before re-draws).
+
+    Composition: atom types are denoised jointly with the site symmetries, coordinates and lattice (one network, as
+    the paper); req.elements restricts the types; req.formula fixes them: each slot draws a placement of formula x Z
+    on its group's Wyckoff positions (wyckoff_plans, weighted by the model's site-symmetry marginal) and the model
+    samples with those types and site symmetries held (SymmCD.sample's inpainting), so the formula is exact.
+    sampling_steps: the diffusion timesteps visited (None: all T of the model; fewer: strided, SymmCD.sample)."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     zmask = _z_mask(req.elements)
@@ -98,28 +119,62 @@ def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int =
     draws = [0] * n
     seconds = [0.0] * n
     nd = model.n_dist.double().numpy()
+    too_many = [nd.shape[1]] * n  # per slot: asymmetric-unit sizes from this one up overflowed the range
+    plans: dict[int, tuple[list, np.ndarray]] = {}
+    failed: dict[int, str] = {}
+    if req.formula:
+        for g in sorted(set(wanted if symmetric else [1])):
+            found = wyckoff_plans(g, req.formula, req.min_atoms, req.max_atoms, max_asym=model.cfg.max_asym)
+            if found:
+                logw = np.array([_plan_weight(model, g, pl) for pl in found])
+                plans[g] = (found, np.exp(logw - logw.max()) / np.exp(logw - logw.max()).sum())
+        for i in range(n):
+            if (wanted[i] if symmetric else 1) not in plans:
+                failed[i] = (f"space group {wanted[i] if symmetric else 1} has no placement of "
+                             f"{formula_text(req.formula)} x Z on its Wyckoff positions with {req.min_atoms}.."
+                             f"{req.max_atoms} atoms and at most {model.cfg.max_asym} in the asymmetric unit")
     for _ in range(steps_rounds + retries):
-        empty = [i for i in range(n) if slots[i] is None]
+        empty = [i for i in range(n) if slots[i] is None and i not in failed]
         redo = [i for i in range(n) if slots[i] is not None and not slots[i][2]["accepted"] and draws[i] <= retries]
         if not empty and not redo:
             break
-        m_empty = int(math.ceil(len(empty) * oversample))
+        m_empty = int(math.ceil(len(empty) * oversample)) if empty else 0
         slot_of = [empty[j % len(empty)] for j in range(m_empty)] + redo
         sgs = [wanted[i] if symmetric else 1 for i in slot_of]
-        counts = []
-        for g in sgs:
+        counts, chosen = [], []
+        for i, g in zip(slot_of, sgs, strict=True):
+            if req.formula:
+                found, w = plans[g]
+                pl = found[int(rng.choice(len(found), p=w))]
+                chosen.append(pl)
+                counts.append(len(pl))
+                continue
             # the number of asymmetric-unit atoms: at most max_atoms in both modes (every orbit has >= 1 atom); in P1
             # it is the cell's atom count, so at least min_atoms too (a symmetric cell's total is checked below)
             p = nd[g].copy()
             idx = np.arange(len(p))
-            keep = (idx >= (1 if symmetric else req.min_atoms)) & (idx <= req.max_atoms)
+            # each asymmetric-unit atom takes at least the group's smallest multiplicity; a slot whose draw of k
+            # atoms overflowed the range draws fewer next time
+            keep = (idx >= (1 if symmetric else req.min_atoms)) & (idx * _min_mult(g) <= req.max_atoms) \
+                & (idx < too_many[i])
             p = np.where(keep, p, 0.0)
             if p.sum() <= 0:
                 p = keep.astype(float)
             counts.append(int(rng.choice(len(p), p=p / p.sum())))
+            chosen.append(None)
+        fixed_z = fixed_ss = None
+        if req.formula:
+            from pymatgen.core import Element
+
+            fixed_z = torch.zeros(len(sgs), max(counts), dtype=torch.long)
+            fixed_ss = torch.full((len(sgs), max(counts), R.N_AXES), -1, dtype=torch.long)
+            for b, pl in enumerate(chosen):
+                for j, (el, label) in enumerate(pl):
+                    fixed_z[b, j] = Element(el).Z
+                    fixed_ss[b, j] = torch.tensor(R.wyckoff_by_label(sgs[b], label).site_symm.argmax(-1))
         t0 = time.perf_counter()
         res = model.sample(torch.tensor(sgs), torch.tensor(counts), gen=gen, steps=sampling_steps,
-                           allowed_types=zmask)
+                           allowed_types=zmask, fixed_z=fixed_z, fixed_ss=fixed_ss)
         per = (time.perf_counter() - t0) / len(slot_of)
         taken: set[int] = set()
         for b, i in enumerate(slot_of):
@@ -127,34 +182,45 @@ def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int =
             if i in taken:
                 continue
             made = _snap_sample(res, b, sgs[b], int(counts[b]), req, symmetric)
-            if made is None:  # outside the atom-count range: not a draw of the slot
+            if made is None:  # outside the atom-count range (or off the fixed formula): not a draw of the slot
+                if not req.formula and counts[b] > 1:
+                    too_many[i] = min(too_many[i], int(counts[b]))
                 continue
             rep, info = made
             taken.add(i)
             structure = R.to_structure(rep)
-            verdict = check_crystal(structure, wanted[i])
+            verdict = check_crystal(structure, wanted[i], req.require_valid_composition)
             draws[i] += 1
             first = verdict if draws[i] == 1 else {k: slots[i][2][k] for k in verdict}
-            slots[i] = (rep, structure, {"requested_sg": int(wanted[i]), **info, "accepted": all(verdict.values()),
-                                         **first})
-    out = []
+            accepted = all(v for k, v in verdict.items() if k != "first_draw_compositionally_valid"
+                           or req.require_valid_composition)
+            slots[i] = (rep, structure, {"requested_sg": int(wanted[i]), **info, "accepted": accepted, **first})
+    out: list[tuple[R.CrystalRep | None, Any, dict]] = []
     for i, s in enumerate(slots):
         if s is not None:
             s[2].update(draws=draws[i], seconds=seconds[i])
             out.append(s)
+            continue
+        reason = failed.get(i) or (
+            f"no draw of the model in space group {wanted[i]} gave a cell of {req.min_atoms}..{req.max_atoms} atoms"
+            + (f" with the formula {formula_text(req.formula)}" if req.formula else "")
+            + f" ({steps_rounds + retries} rounds)")
+        out.append((None, None, {"requested_sg": int(wanted[i]), "failed": True, "reason": reason, "draws": 0,
+                                 "seconds": seconds[i]}))
     return out
 
 
 def _snap_sample(res: dict[str, torch.Tensor], b: int, g: int, k: int, req: Request, symmetric: bool
                  ) -> tuple[R.CrystalRep, dict] | None:
     """Sample b of a model.sample batch -> snap each atom to a Wyckoff position of g (R.snap) -> the crystal's
-    representation, or None when its cell is outside the atom-count range."""
+    representation, or None when its cell is outside the atom-count range (or, with a fixed formula, is not it)."""
     atoms, ss_d, pj_d = [], [], []
     occupied: set[str] = set()
     used = 0
+    low = _min_mult(g)
     for i in range(k):
         w, p, sd, pd = R.snap(g, res["ss"][b, i].numpy(), res["x"][b, i].double().numpy(), occupied,
-                              budget=req.max_atoms - used - (k - i - 1))
+                              budget=req.max_atoms - used - (k - i - 1) * low)
         used += w.multiplicity
         if w.dof == 0:
             occupied.add(w.label)
@@ -164,29 +230,54 @@ def _snap_sample(res: dict[str, torch.Tensor], b: int, g: int, k: int, req: Requ
     rep = R.CrystalRep(g, res["ks"][b].double().numpy(), atoms, "symmcd" if symmetric else "p1")
     if not req.min_atoms <= rep.n_atoms <= req.max_atoms:
         return None
+    if req.formula and reduced_counts(rep) != tuple(req.formula):
+        return None
     return rep, {"site_symm_dist": float(np.mean(ss_d)), "projection_dist": float(np.mean(pj_d))}
 
 
-def check_crystal(structure, sg: int) -> dict[str, bool]:
+def _min_mult(g: int) -> int:
+    return min(w.multiplicity for w in R.wyckoff_table(g))
+
+
+def reduced_counts(rep: R.CrystalRep) -> tuple[tuple[str, int], ...]:
+    from pymatgen.core import Element
+
+    comp: dict[str, int] = {}
+    for a in rep.atoms:
+        el = Element.from_Z(a.z).symbol
+        comp[el] = comp.get(el, 0) + R.wyckoff_by_label(rep.space_group, a.wyckoff).multiplicity
+    g = 0
+    for v in comp.values():
+        g = math.gcd(g, v)
+    return tuple(sorted((el, v // g) for el, v in comp.items()))
+
+
+def check_crystal(structure, sg: int, composition: bool = False) -> dict[str, bool]:
     """The acceptance check of sample_symmcd's re-draws, with evaluate's own tests: structurally valid (a usable
-    lattice, every interatomic distance > 0.5 A, volume > 0.1 A^3) and spglib (symprec 0.1) detecting exactly
-    group sg. Keys as in evaluate's row, prefixed first_draw_ (they describe a slot's first draw in the report)."""
+    lattice, every interatomic distance > 0.5 A, volume > 0.1 A^3), spglib (symprec 0.1) detecting exactly
+    group sg, and the composition passing SMACT (computed always, a reason to re-draw only when asked). Keys as in
+    evaluate's row, prefixed first_draw_ (they describe a slot's first draw in the report)."""
+    comp_ok = bool(structure is not None and smact_valid(
+        {el.symbol: int(round(v)) for el, v in structure.composition.items()}))
     if structure is None or degenerate_lattice(structure.lattice.matrix):
-        return {"first_draw_structurally_valid": False, "first_draw_space_group_match": False}
+        return {"first_draw_structurally_valid": False, "first_draw_space_group_match": False,
+                "first_draw_compositionally_valid": comp_ok}
     valid = bool(min_distance(structure) > 0.5 and float(structure.volume) > 0.1)
     try:
         match = (R.spacegroup_of(structure, SYMPREC) or 0) == sg
     except Exception:  # noqa: BLE001 - spglib rejects some degenerate cells
         match = False
-    return {"first_draw_structurally_valid": valid, "first_draw_space_group_match": bool(match)}
+    return {"first_draw_structurally_valid": valid, "first_draw_space_group_match": bool(match),
+            "first_draw_compositionally_valid": comp_ok}
 
 
 # ----------------------------------------------------------------------------------------------- pyxtal baseline
 def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalRep], tries: int = 30
                   ) -> list[tuple[R.CrystalRep | None, Any, dict]]:
     """pyxtal random symmetric crystals: group drawn as for SymmCD (from the reference set's distribution when
-    none is asked), elements from a random reference crystal (or the composition hints), counts split in the
-    reference's proportions over the atom-count range, checked against the group's Wyckoff positions."""
+    none is asked); composition: the fixed formula times Z, or a random reference crystal's reduced composition
+    times a Z that the group's Wyckoff positions can hold in the atom-count range (compositions drawn from the
+    data), or with composition hints random counts of the hinted elements."""
     from pymatgen.core import Element
     from pyxtal import pyxtal
 
@@ -201,7 +292,16 @@ def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalR
         t0 = time.perf_counter()
         struct = None
         for _ in range(tries):
-            if req.elements:
+            if req.formula:
+                els = [el for el, _ in req.formula]
+                props = np.array([c for _, c in req.formula], dtype=float)
+                zs = [z for z in range(1, req.max_atoms // int(props.sum()) + 1) if z * props.sum() >= req.min_atoms]
+                if not zs:
+                    break
+                nums = (props * int(rng.choice(zs))).astype(int).tolist()
+                if not R.group(sg).check_compatible(nums)[0]:
+                    continue
+            elif req.elements:
                 k = int(rng.integers(1, min(3, len(req.elements)) + 1))
                 els = list(rng.choice(list(req.elements), size=k, replace=False))
                 props = np.ones(k)
@@ -212,11 +312,20 @@ def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalR
                     comp[a.z] = comp.get(a.z, 0) + R.wyckoff_by_label(ref.space_group, a.wyckoff).multiplicity
                 els = [Element.from_Z(z).symbol for z in comp]
                 props = np.array(list(comp.values()), dtype=float)
-            total = int(rng.integers(max(req.min_atoms, len(els)), req.max_atoms + 1)) \
-                if req.max_atoms >= max(req.min_atoms, len(els)) else req.max_atoms
-            nums = np.maximum(1, np.round(props / props.sum() * total)).astype(int).tolist()
-            if not req.min_atoms <= sum(nums) <= req.max_atoms or not R.group(sg).check_compatible(nums)[0]:
-                continue
+            if not req.formula and req.elements:
+                total = int(rng.integers(max(req.min_atoms, len(els)), req.max_atoms + 1)) \
+                    if req.max_atoms >= max(req.min_atoms, len(els)) else req.max_atoms
+                nums = np.maximum(1, np.round(props / props.sum() * total)).astype(int).tolist()
+                if not req.min_atoms <= sum(nums) <= req.max_atoms or not R.group(sg).check_compatible(nums)[0]:
+                    continue
+            elif not req.formula:
+                # the reference crystal's own composition (reduced) times a Z that fits the range and the group
+                unit = (props / np.gcd.reduce(props.astype(int))).astype(int)
+                zs = [z for z in range(1, req.max_atoms // int(unit.sum()) + 1)
+                      if z * unit.sum() >= req.min_atoms and R.group(sg).check_compatible((unit * z).tolist())[0]]
+                if not zs:
+                    continue
+                nums = (unit * int(rng.choice(zs))).tolist()
             c = pyxtal()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -228,42 +337,28 @@ def sample_pyxtal(req: Request, n: int, *, seed: int, reference: list[R.CrystalR
                 struct = c.to_pymatgen()
                 break
         info = {"requested_sg": int(sg), "seconds": time.perf_counter() - t0}
+        if struct is None:
+            info.update(failed=True, reason=f"pyxtal found no random crystal in space group {sg} with "
+                        f"{req.min_atoms}..{req.max_atoms} atoms in {tries} tries")
         out.append((None, struct, info))
     return out
 
 
 # ----------------------------------------------------------------------------------------------- metrics
-def smact_valid(counts: dict[str, int], max_combinations: int = 20000) -> bool:
-    import smact
-    from smact.screening import pauling_test
+def smact_valid(counts: dict[str, int]) -> bool:
+    """SMACT's validity check (smact.screening.smact_validity, SMACT 4's defaults): some assignment of the ICSD-24
+    oxidation states (those reported in at least 3 ICSD entries) is charge neutral and passes the Pauling
+    electronegativity test; a single element and an all-metal composition (an alloy) count as valid, as in
+    CDVAE/DiffCSP/SymmCD's evaluation."""
+    from pymatgen.core import Composition
+    from smact.screening import smact_validity
 
-    els = sorted(counts)
-    if len(els) == 1 or all(e in smact.metals for e in els):
-        return True
-    g = 0
-    for v in counts.values():
-        g = math.gcd(g, int(v))
-    stoich = [int(counts[e]) // g for e in els]
-    objs = [smact.Element(e) for e in els]
-    ox = [list(o.oxidation_states or []) for o in objs]
-    if any(not o for o in ox):
+    comp = {el: int(v) for el, v in counts.items() if int(v) > 0}
+    if not comp:
         return False
-    eneg = [o.pauling_eneg for o in objs]
-    n = 0
-    for combo in itertools.product(*ox):
-        n += 1
-        if n > max_combinations:
-            break
-        if sum(o * s for o, s in zip(combo, stoich, strict=True)) != 0:
-            continue
-        if any(e is None for e in eneg):
-            return True
-        try:
-            if pauling_test(combo, eneg):
-                return True
-        except TypeError:
-            return True
-    return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bool(smact_validity(Composition(comp)))
 
 
 MIN_LENGTH, MAX_LENGTH, MAX_ABS_COS = 0.5, 100.0, 0.98
@@ -355,7 +450,7 @@ def jsd(p_counts: dict[int, float], q_counts: dict[int, float]) -> float:
 def summarize(rows: list[dict[str, Any]], reference: dict[str, Any], seconds: float, requested: int) -> dict[str, Any]:
     from scipy.stats import wasserstein_distance
 
-    n = len(rows)
+    n = sum(not r.get("reason") for r in rows)  # crystals made (a slot with a reason made none)
     ok = [r for r in rows if not r["failed"]]
 
     def rate(key):
@@ -384,8 +479,29 @@ def summarize(rows: list[dict[str, Any]], reference: dict[str, Any], seconds: fl
         # sample_symmcd's re-draws: the rates of the first draws, how many crystals needed more, how many extra
         "first_draw_space_group_match_rate": first_rate("space_group_match"),
         "first_draw_structural_validity": first_rate("structurally_valid"),
-        "n_redrawn": int(sum(d > 1 for d in draws)), "extra_draws": int(sum(d - 1 for d in draws)),
+        "first_draw_compositional_validity": first_rate("compositionally_valid"),
+        "n_redrawn": int(sum(d > 1 for d in draws)), "extra_draws": int(sum(max(d - 1, 0) for d in draws)),
+        "n_failed": int(sum(bool(r.get("reason")) for r in rows)),
+        "groups": group_answers(rows),
     }
+
+
+def group_answers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per requested space group: crystals asked for, made, matching the group, and why any were not
+    made (the slots' reasons, deduplicated)."""
+    out: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        g = out.setdefault(int(r["requested_space_group"]), {"space_group": int(r["requested_space_group"]),
+                                                             "requested": 0, "generated": 0, "matched": 0,
+                                                             "reason": ""})
+        g["requested"] += 1
+        if r.get("reason"):
+            if r["reason"] not in g["reason"]:
+                g["reason"] = f"{g['reason']}; {r['reason']}" if g["reason"] else r["reason"]
+        else:
+            g["generated"] += 1
+            g["matched"] += int(bool(r["space_group_match"]))
+    return [out[k] for k in sorted(out)]
 
 
 def cif_of(structure) -> str:

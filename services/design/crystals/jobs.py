@@ -59,10 +59,30 @@ def read_dataset(ctx: JobContext, aid: str, field: str) -> D.CrystalDataset:
 
 
 # ------------------------------------------------------------------------------------------------ training
+# The CPU setting (TrainParams' defaults: a few minutes on two cores) and the larger one for a GPU.
+CPU_TRAIN = {"steps": 1500, "batch_size": 32, "hidden": 64, "layers": 3, "timesteps": 200, "lr": 2e-3}
+GPU_TRAIN = {"steps": 20000, "batch_size": 256, "hidden": 256, "layers": 6, "timesteps": 1000, "lr": 5e-4,
+             "device": "cuda"}
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(int(round(seconds)), 0)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
 class Training:
     def __init__(self, p: TrainParams):
         self.p = p
         self.total = p.steps
+        self._t0: float | None = None
+        self._from = 0
+
+    def message(self, done: int, total: int) -> str:
+        """Progress with the time per step of this run so far and the ETA of the rest."""
+        if self._t0 is None or done <= self._from:
+            return f"training step {done}/{total}"
+        per = (time.perf_counter() - self._t0) / (done - self._from)
+        return f"training step {done}/{total}, {per * 1000:.0f} ms/step, ETA {_duration(per * (total - done))}"
 
     def setup(self, ctx: JobContext) -> None:
         p = self.p
@@ -78,10 +98,16 @@ class Training:
                             symmetric=p.symmetric, max_asym=D.MAX_ASYM_ATOMS if p.symmetric else D.MAX_CELL_ATOMS)
         self.model = M.build(cfg, seed=p.seed)
         self.model.fit_priors(self.train)
+        if p.device == "cuda":
+            if not torch.cuda.is_available():
+                raise FailedPrecondition("device 'cuda' asked for, but this worker has no GPU", reason="NO_GPU")
+            self.model.net.to("cuda")
         self.opt = torch.optim.Adam(self.model.net.parameters(), lr=p.lr)
         self.losses: list[float] = []
 
     def step(self, i: int) -> dict[str, float]:
+        if self._t0 is None:
+            self._t0, self._from = time.perf_counter(), i
         g = torch.Generator().manual_seed(self.p.seed * 1_000_003 + i)
         idx = torch.randint(len(self.train), (min(self.p.batch_size, len(self.train)),), generator=g)
         self.model.train()
@@ -114,6 +140,7 @@ class Training:
                    "val_loss": self.val_loss(), "n_train": float(len(self.train))}
         config = {"format": MODEL_FORMAT, "model": self.model.cfg.to_dict(), "train": p.model_dump(),
                   "dataset_artifact_id": p.dataset_artifact_id}
+        self.model.net.to("cpu")  # registered (and sampled) on the CPU
         info = ctx.register_model(p.model_name, self.model.tensors(), kind=REGISTRY_KIND, config=config,
                                   metrics=metrics, dataset_artifact_id=p.dataset_artifact_id)
         ctx.progress(1.0, "model registered", **metrics)
@@ -124,8 +151,9 @@ class Training:
 def run_training(ctx: JobContext) -> dict[str, Any]:
     p = parse_params(TrainParams, ctx.params, prefix="params.")
     torch.manual_seed(p.seed)
-    return run_steps(ctx, Training(p), checkpoint_every=p.checkpoint_every,
-                     message=lambda d, t: f"training step {d}/{t}")
+    torch.set_num_threads(p.threads)  # the worker runs one job at a time (prefetch 1)
+    tr = Training(p)
+    return run_steps(ctx, tr, checkpoint_every=p.checkpoint_every, message=tr.message)
 
 
 # ------------------------------------------------------------------------------------------------ generation
@@ -151,7 +179,8 @@ class Generation:
         ds = read_dataset(ctx, ref_id, "params.reference_dataset_artifact_id")
         self.reference = ds.subset("train") or ds.crystals
         self.ref_stats = G.reference_stats(self.reference)
-        self.request = G.Request(dict(p.space_groups), p.min_atoms, p.max_atoms, tuple(p.composition_hints))
+        self.request = G.Request(dict(p.space_groups), p.min_atoms, p.max_atoms, tuple(p.composition_hints),
+                                 G.parse_formula(p.formula) if p.formula else (), p.require_valid_composition)
         self.rows: list[dict[str, Any]] = []
         self.cifs: list[str] = []
         self.seconds = 0.0
@@ -173,8 +202,9 @@ class Generation:
             row = G.evaluate(structure, info["requested_sg"], claimed)
             # the re-draw record (generate.sample_symmcd); the baselines are single draws
             row["draws"] = int(info.get("draws", 1))
-            for k in ("space_group_match", "structurally_valid"):
+            for k in ("space_group_match", "structurally_valid", "compositionally_valid"):
                 row[f"first_draw_{k}"] = bool(info.get(f"first_draw_{k}", row[k]))
+            row["reason"] = str(info.get("reason", ""))  # a slot that made no crystal says why
             row["index"] = len(self.rows)
             row["method"] = self.method_name
             if rep is not None:
@@ -198,9 +228,13 @@ class Generation:
         T = self.model.cfg.timesteps
         visited = len(M.timesteps_of(T, self.p.sampling_steps or None))
         kind = "" if self.model.cfg.symmetric else "P1 baseline (symmetry removed: every crystal in P1); "
+        comp = ", the composition passes SMACT" if self.p.require_valid_composition else ""
         redraw = (f"; a crystal failing the acceptance check (spglib detects exactly the requested group, every "
-                  f"distance > 0.5 A) is re-drawn up to {self.p.max_retries} times (not in the paper's code)"
+                  f"distance > 0.5 A{comp}) is re-drawn up to {self.p.max_retries} times (not in the paper's code)"
                   if self.model.cfg.symmetric and self.p.max_retries else "")
+        if self.p.formula:
+            redraw += (f"; formula {self.p.formula} fixed: types and site symmetries of a Wyckoff placement of it held "
+                       "while sampling (inpainting)")
         return {"sampling_steps": visited,
                 "model_notes": f"{kind}{M.SIMPLIFICATIONS}; this set: {visited} of T={T} timesteps{redraw}"}
 
@@ -213,6 +247,10 @@ class Generation:
         self.seconds = float(state["seconds"])
 
     def result(self, ctx: JobContext) -> dict[str, Any]:
+        if self.rows and all(r["reason"] for r in self.rows):
+            # nothing made: not a success with an empty set; the reasons, one per group
+            why = "; ".join(f"space group {g['space_group']}: {g['reason']}" for g in G.group_answers(self.rows))
+            raise FailedPrecondition(f"no crystal could be generated: {why}", reason="NO_CRYSTAL_GENERATED")
         summary = G.summarize(self.rows, self.ref_stats, self.seconds, self.p.n)
         summary["method"] = self.method_name
         summary.update(self.model_notes())
@@ -225,7 +263,8 @@ class Generation:
         report = {"summary": summary, "rows": self.rows, "params": self.p.model_dump(mode="json")}
         rid = ctx.write_artifact("crystal-set.json", json.dumps(report).encode(), REPORT_CONTENT_TYPE)
         ctx.progress(1.0, "crystals written", **{k: float(v) for k, v in summary.items()
-                                                 if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)})
+                                                 if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                 and np.isfinite(v)})
         return {"report_artifact_id": rid, "summary": summary, "rows": self.rows}
 
 

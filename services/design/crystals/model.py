@@ -278,6 +278,14 @@ class SymmCD(nn.Module):
         self.register_buffer("ks_lo", torch.full((6,), -KS_BOUND))
         self.register_buffer("ks_hi", torch.full((6,), KS_BOUND))
 
+    def run_net(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The denoiser on its device (the rest of the model, its schedules, priors and noise, stays on the CPU,
+        so seeded draws do not depend on the device): inputs moved there, outputs moved back."""
+        dev = next(self.net.parameters()).device
+        if dev.type == "cpu":
+            return self.net(*args)
+        return tuple(o.cpu() for o in self.net(*(a.to(dev) for a in args)))
+
     # ---- fitting the empirical distributions (the paper's priors and sampling distributions)
     @torch.no_grad()
     def fit_priors(self, reps: list[R.CrystalRep], smoothing: float = 0.1) -> None:
@@ -336,7 +344,7 @@ class SymmCD(nn.Module):
         ps = ac[:, None, None, None] * s0 + (1 - ac[:, None, None, None]) * prior
         s_t = torch.multinomial(ps.view(-1, N_CL), 1, generator=gen).view(B, N, N_AX)
         fam = torch.tensor([family_index(int(g)) for g in b.sg.tolist()])
-        p_k, p_x, l_a, l_s = self.net(t, b.sg, fam, ks_t, F.one_hot(a_t, N_TYPES).float(),
+        p_k, p_x, l_a, l_s = self.run_net(t, b.sg, fam, ks_t, F.one_hot(a_t, N_TYPES).float(),
                                       F.one_hot(s_t, N_CL).float(), x_t, b.mask)
         m = b.mask
         loss_lattice = F.mse_loss(p_k, kmask * eps_k)
@@ -385,11 +393,18 @@ class SymmCD(nn.Module):
 
     @torch.no_grad()
     def sample(self, sg: torch.Tensor, n_atoms: torch.Tensor, *, gen: torch.Generator, steps: int | None = None,
-               step_lr: float = 1e-5, allowed_types: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+               step_lr: float = 1e-5, allowed_types: torch.Tensor | None = None, fixed_z: torch.Tensor | None = None,
+               fixed_ss: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Reverse diffusion for crystals of groups sg [B] with n_atoms [B] asymmetric-unit atoms. steps: how many
         of the T timesteps to visit (None or >= T: all of them; fewer: strided ancestral sampling, see the module
         docstring), each visit one corrector and one predictor evaluation of the denoiser. allowed_types: optional
-        bool [94] (composition hints: atom types restricted to these elements)."""
+        bool [94] (composition hints: atom types restricted to these elements).
+
+        Conditioning by inpainting (a fixed formula): fixed_z [B, N] long (atomic number, 0 = free) and fixed_ss
+        [B, N, 15] long (class per axis, -1 = free) hold some atoms' types and site symmetries; at every step those
+        entries are replaced by a draw of the forward process q(x_s | x_0) at the step's noise level (exact at s = 0),
+        so the denoiser sees them as it saw data in training while the lattice, coordinates and free entries are
+        denoised around them."""
         s, cfg = self.sched, self.cfg
         visit = timesteps_of(cfg.timesteps, steps)
         B, N = len(sg), int(n_atoms.max())
@@ -405,18 +420,38 @@ class SymmCD(nn.Module):
         x = torch.rand(B, N, 3, generator=gen)
         a = F.one_hot(torch.multinomial(tp.expand(B * N, -1), 1, generator=gen).view(B, N), N_TYPES).float()
         ss = F.one_hot(torch.multinomial(prior_s.reshape(-1, N_CL), 1, generator=gen).view(B, N, N_AX), N_CL).float()
+        fz = fss = None
+        if fixed_z is not None:
+            fz = fixed_z[:, :N] > 0
+            z0 = F.one_hot((fixed_z[:, :N] - 1).clamp(min=0), N_TYPES).float()
+        if fixed_ss is not None:
+            fss = fixed_ss[:, :N, 0] >= 0
+            s0 = F.one_hot(fixed_ss[:, :N].clamp(min=0), N_CL).float()
+
+        def inpaint(a: torch.Tensor, ss: torch.Tensor, t_: int) -> tuple[torch.Tensor, torch.Tensor]:
+            ac_ = s.alphas_cumprod[t_]
+            if fz is not None and bool(fz.any()):
+                q = ac_ * z0 + (1 - ac_) * self.type_prior if t_ > 0 else z0
+                draw = F.one_hot(torch.multinomial(q.reshape(-1, N_TYPES), 1, generator=gen).view(B, N), N_TYPES)
+                a = torch.where(fz[..., None], draw.float(), a)
+            if fss is not None and bool(fss.any()):
+                q = ac_ * s0 + (1 - ac_) * prior_s if t_ > 0 else s0
+                draw = F.one_hot(torch.multinomial(q.reshape(-1, N_CL), 1, generator=gen).view(B, N, N_AX), N_CL)
+                ss = torch.where(fss[..., None, None], draw.float(), ss)
+            return a, ss
+        a, ss = inpaint(a, ss, visit[0])
         for j, t in enumerate(visit):
             s_ = visit[j + 1] if j + 1 < len(visit) else 0  # jump t -> s_
             last = s_ == 0
             tt = torch.full((B,), t, dtype=torch.long)
             sx, sn = s.sigmas[t], s.sigmas_norm[t]
             # corrector (Langevin on the coordinates)
-            _, px, _, _ = self.net(tt, sg, fam, k, a, ss, x, mask)
+            _, px, _, _ = self.run_net(tt, sg, fam, k, a, ss, x, mask)
             step = step_lr * (sx / cfg.sigma_begin) ** 2
             noise = torch.randn(B, N, 3, generator=gen) if not last else torch.zeros(B, N, 3)
             x = (x - step * px * sn.sqrt() + (2 * step).sqrt() * noise) % 1.0
             # predictor
-            pk, px, la, ls = self.net(tt, sg, fam, k, a, ss, x, mask)
+            pk, px, la, ls = self.run_net(tt, sg, fam, k, a, ss, x, mask)
             mean, std = self._lattice_step(k, pk, t, s_)
             nk = torch.randn(B, 6, generator=gen) if not last else torch.zeros(B, 6)
             k = (mean + std * nk) * kmask + kadd
@@ -439,6 +474,7 @@ class SymmCD(nn.Module):
             else:
                 a = F.one_hot(p0a.argmax(-1), N_TYPES).float()
                 ss = F.one_hot(p0s.argmax(-1), N_CL).float()
+            a, ss = inpaint(a, ss, s_)
         return {"ks": k, "x": x, "z": a.argmax(-1) + 1, "ss": ss, "mask": mask}
 
     def tensors(self) -> dict[str, torch.Tensor]:

@@ -19,7 +19,7 @@ class ImportParams(JobParams):
     artifact_ids: list[str] = Field(default_factory=list, max_length=1000)
     artifact_names: list[str] = Field(default_factory=list, max_length=1000)  # the uploads' names (for reports)
     builtin: bool = False
-    n_random: int = Field(240, ge=0, le=5000)
+    n_random: int = Field(0, ge=0, le=5000)  # generated supplement (labelled "generated:..."); 0 = real data only
     include_shipped: bool = True
     seed: int = Field(0, ge=0, le=2 ** 31 - 1)
     name: str = Field("", max_length=256)
@@ -34,21 +34,26 @@ class ImportParams(JobParams):
 
 
 class TrainParams(JobParams):
+    """Defaults: the CPU setting, sized to finish in a few minutes on two cores (jobs.CPU_TRAIN); jobs.GPU_TRAIN is
+    the larger setting for a GPU (device "cuda")."""
+
     dataset_artifact_id: str
     model_name: ModelName = "symmcd"
     symmetric: bool = True  # False: the P1 baseline (symmetry removed)
-    steps: int = Field(600, ge=1, le=200_000)
+    steps: int = Field(1500, ge=1, le=200_000)
     batch_size: int = Field(32, ge=1, le=512)
-    lr: float = Field(1e-3, gt=0, le=1.0)
+    lr: float = Field(2e-3, gt=0, le=1.0)
     hidden: int = Field(64, ge=8, le=512)
     layers: int = Field(3, ge=1, le=8)
-    timesteps: int = Field(1000, ge=10, le=2000)
+    timesteps: int = Field(200, ge=10, le=2000)
     cost_lattice: float = Field(5.0, ge=0)
     cost_coord: float = Field(1.0, ge=0)
     cost_type: float = Field(0.1, ge=0)
     cost_symm: float = Field(10.0, ge=0)
     seed: int = Field(0, ge=0, le=2 ** 31 - 1)
-    checkpoint_every: int = Field(50, ge=1, le=100_000)
+    checkpoint_every: int = Field(100, ge=1, le=100_000)
+    device: Literal["cpu", "cuda"] = "cpu"
+    threads: int = Field(1, ge=1, le=64)  # torch CPU threads (one keeps a loaded machine from thrashing)
 
 
 class GenerateParams(JobParams):
@@ -70,6 +75,30 @@ class GenerateParams(JobParams):
     # SymmCD crystals failing the acceptance check (spglib finds exactly the requested group, every distance > 0.5 A)
     # are re-drawn at most this many times (generate.sample_symmcd); 0 = the paper's single draw
     max_retries: int = Field(5, ge=0, le=10)
+    # also re-draw a crystal whose composition fails SMACT's check (charge neutrality, electronegativity)
+    require_valid_composition: bool = False
+    # a fixed formula ("CaTiO3"): every crystal is it times some Z (types and site symmetries held while sampling)
+    formula: str = Field("", max_length=64)
+
+    @field_validator("formula")
+    @classmethod
+    def _formula(cls, v: str) -> str:
+        if not v:
+            return v
+        from services.design.crystals.representation import formula_text, parse_formula
+
+        try:
+            f = parse_formula(v)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        from pymatgen.core.periodic_table import Element
+
+        for el, _ in f:
+            if Element(el).Z > MAX_Z:
+                raise ValueError(f"{el}: elements beyond Z={MAX_Z} are not supported")
+        if sum(n for _, n in f) > MAX_CELL_ATOMS:
+            raise ValueError(f"{formula_text(f)} has more than {MAX_CELL_ATOMS} atoms per formula unit")
+        return formula_text(f)
 
     @field_validator("space_groups")
     @classmethod
@@ -120,3 +149,13 @@ def check_request(p: GenerateParams) -> None:
             counts = sorted(R.reachable_counts(g, MAX_CELL_ATOMS))[:8]
             raise InvalidArgument("atom_count_range", f"no combination of space group {g}'s Wyckoff positions "
                                   f"gives {p.min_atoms}..{p.max_atoms} atoms (smallest cells: {counts})")
+    if p.formula:
+        from services.design.crystals.representation import parse_formula, wyckoff_plans
+
+        f = parse_formula(p.formula)
+        if p.composition_hints and not {el for el, _ in f} <= set(p.composition_hints):
+            raise InvalidArgument("formula", f"{p.formula} has elements outside composition_hints")
+        for g in sorted(p.space_groups):
+            if not wyckoff_plans(g, f, p.min_atoms, p.max_atoms, limit=1):
+                raise InvalidArgument("formula", f"space group {g}'s Wyckoff positions cannot hold {p.formula} x Z "
+                                      f"with {p.min_atoms}..{p.max_atoms} atoms")

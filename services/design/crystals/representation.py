@@ -218,6 +218,67 @@ def reachable_counts(sg: int, max_atoms: int) -> frozenset[int]:
     return frozenset(int(i) for i in np.nonzero(reach)[0] if i > 0)
 
 
+# ------------------------------------------------------------------------------------------------ formulas
+def parse_formula(text: str) -> tuple[tuple[str, int], ...]:
+    """"CaTiO3" -> (("Ca", 1), ("O", 3), ("Ti", 1)) (the reduced formula, elements sorted); ValueError with the
+    reason when it is not one."""
+    from pymatgen.core import Composition
+
+    try:
+        comp = Composition(text)
+    except Exception:  # noqa: BLE001 - pymatgen raises several types for junk
+        raise ValueError(f"{text!r} is not a chemical formula") from None
+    if not comp.elements:
+        raise ValueError(f"{text!r} has no element")
+    counts = comp.get_el_amt_dict()
+    if any(abs(v - round(v)) > 1e-6 or round(v) < 1 for v in counts.values()):
+        raise ValueError(f"{text!r}: every element needs a whole, positive count")
+    red, _ = Composition({k: int(round(v)) for k, v in counts.items()}).get_reduced_composition_and_factor()
+    return tuple(sorted((str(el), int(round(v))) for el, v in red.get_el_amt_dict().items()))
+
+
+def formula_text(formula: tuple[tuple[str, int], ...]) -> str:
+    """(("Ca", 1), ("O", 3), ("Ti", 1)) -> "CaTiO3" (pymatgen's reduced formula)."""
+    from pymatgen.core import Composition
+
+    return Composition({el: n for el, n in formula}).reduced_formula
+
+
+def wyckoff_plans(sg: int, formula: tuple[tuple[str, int], ...], lo: int, hi: int, *, max_asym: int = 16,
+                  limit: int = 400) -> list[list[tuple[str, str]]]:
+    """Ways to place formula x Z (lo <= atoms <= hi) on space group sg's Wyckoff positions: each plan a list of
+    (element, Wyckoff label), one per asymmetric-unit atom; a position without free parameters is used at most
+    once in a plan. At most `limit` plans, fewest asymmetric-unit atoms first (a depth-first search per Z)."""
+    table = wyckoff_table(sg)
+    total = sum(n for _, n in formula)
+    plans: list[list[tuple[str, str]]] = []
+    for z in range(1, hi // total + 1):
+        if total * z >= lo:
+            _fill(table, [(el, n * z) for el, n in formula], 0, formula[0][1] * z, 0, frozenset(), [], plans,
+                  max_asym, limit)
+    plans.sort(key=len)
+    return plans
+
+
+def _fill(table, need, i, left, start, used, acc, plans, max_asym, limit) -> None:
+    if len(plans) >= limit or len(acc) > max_asym:
+        return
+    if left == 0:
+        if i + 1 == len(need):
+            plans.append(list(acc))
+        else:
+            _fill(table, need, i + 1, need[i + 1][1], 0, used, acc, plans, max_asym, limit)
+        return
+    for j in range(start, len(table)):
+        w = table[j]
+        if w.multiplicity > left or (w.dof == 0 and w.label in used):
+            continue
+        acc.append((need[i][0], w.label))
+        _fill(table, need, i, left - w.multiplicity, j if w.dof > 0 else j + 1,
+              used | {w.label} if w.dof == 0 else used, acc, plans, max_asym, limit)
+        acc.pop()
+
+
 # ------------------------------------------------------------------------------------------------ the representation
 @dataclass
 class AsymAtom:
@@ -368,4 +429,4 @@ def invariant_under_group(structure, sg: int, tol: float = 1e-4) -> bool:
 
 __all__ = ["AsymAtom", "CrystalRep", "CifError", "from_structure", "to_structure", "parse_cif", "write_cif",
            "spacegroup_of", "snap", "wyckoff_table", "reachable_counts", "lattice_to_ks", "ks_to_lattice", "ks_mask",
-           "mask_ks", "invariant_under_group"]
+           "mask_ks", "invariant_under_group", "parse_formula", "formula_text", "wyckoff_plans"]

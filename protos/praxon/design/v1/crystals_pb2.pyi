@@ -42,7 +42,7 @@ class StartImportCrystalsJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class CrystalTrainingParams(_message.Message):
-    __slots__ = ("steps", "batch_size", "lr", "hidden", "layers", "timesteps", "cost_lattice", "cost_coord", "cost_type", "cost_symm", "seed", "checkpoint_every")
+    __slots__ = ("steps", "batch_size", "lr", "hidden", "layers", "timesteps", "cost_lattice", "cost_coord", "cost_type", "cost_symm", "seed", "checkpoint_every", "device", "threads")
     STEPS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LR_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,8 @@ class CrystalTrainingParams(_message.Message):
     COST_SYMM_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
     steps: int
     batch_size: int
     lr: float
@@ -67,7 +69,9 @@ class CrystalTrainingParams(_message.Message):
     cost_symm: float
     seed: int
     checkpoint_every: int
-    def __init__(self, steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., hidden: _Optional[int] = ..., layers: _Optional[int] = ..., timesteps: _Optional[int] = ..., cost_lattice: _Optional[float] = ..., cost_coord: _Optional[float] = ..., cost_type: _Optional[float] = ..., cost_symm: _Optional[float] = ..., seed: _Optional[int] = ..., checkpoint_every: _Optional[int] = ...) -> None: ...
+    device: str
+    threads: int
+    def __init__(self, steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., hidden: _Optional[int] = ..., layers: _Optional[int] = ..., timesteps: _Optional[int] = ..., cost_lattice: _Optional[float] = ..., cost_coord: _Optional[float] = ..., cost_type: _Optional[float] = ..., cost_symm: _Optional[float] = ..., seed: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., device: _Optional[str] = ..., threads: _Optional[int] = ...) -> None: ...
 
 class StartCrystalTrainingJobRequest(_message.Message):
     __slots__ = ("dataset_artifact_id", "model_name", "remove_symmetry", "params", "idempotency_key")
@@ -106,7 +110,7 @@ class AtomCountRange(_message.Message):
     def __init__(self, min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class StartCrystalGenerationJobRequest(_message.Message):
-    __slots__ = ("model", "space_group", "space_group_distribution", "atom_count_range", "composition_hints", "num_samples", "method", "reference_dataset_artifact_id", "seed", "batch_size", "idempotency_key", "sampling_steps", "max_retries")
+    __slots__ = ("model", "space_group", "space_group_distribution", "atom_count_range", "composition_hints", "num_samples", "method", "reference_dataset_artifact_id", "seed", "batch_size", "idempotency_key", "sampling_steps", "max_retries", "formula", "require_valid_composition")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
     SPACE_GROUP_DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +124,8 @@ class StartCrystalGenerationJobRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_STEPS_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    FORMULA_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_VALID_COMPOSITION_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     space_group: int
     space_group_distribution: _containers.RepeatedCompositeFieldContainer[SpaceGroupWeight]
@@ -133,7 +139,9 @@ class StartCrystalGenerationJobRequest(_message.Message):
     idempotency_key: str
     sampling_steps: int
     max_retries: int
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., space_group: _Optional[int] = ..., space_group_distribution: _Optional[_Iterable[_Union[SpaceGroupWeight, _Mapping]]] = ..., atom_count_range: _Optional[_Union[AtomCountRange, _Mapping]] = ..., composition_hints: _Optional[_Iterable[str]] = ..., num_samples: _Optional[int] = ..., method: _Optional[_Union[CrystalGenerationMethod, str]] = ..., reference_dataset_artifact_id: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., sampling_steps: _Optional[int] = ..., max_retries: _Optional[int] = ...) -> None: ...
+    formula: str
+    require_valid_composition: bool
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., space_group: _Optional[int] = ..., space_group_distribution: _Optional[_Iterable[_Union[SpaceGroupWeight, _Mapping]]] = ..., atom_count_range: _Optional[_Union[AtomCountRange, _Mapping]] = ..., composition_hints: _Optional[_Iterable[str]] = ..., num_samples: _Optional[int] = ..., method: _Optional[_Union[CrystalGenerationMethod, str]] = ..., reference_dataset_artifact_id: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., sampling_steps: _Optional[int] = ..., max_retries: _Optional[int] = ..., formula: _Optional[str] = ..., require_valid_composition: _Optional[bool] = ...) -> None: ...
 
 class StartCrystalGenerationJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -148,7 +156,7 @@ class GetCrystalSetRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class CrystalRow(_message.Message):
-    __slots__ = ("index", "requested_space_group", "detected_space_group", "space_group_match", "structurally_valid", "compositionally_valid", "invariant", "formula", "n_atoms", "volume", "density", "min_distance", "wyckoff", "cif_artifact_id", "requested_ops_found", "draws", "first_draw_space_group_match", "first_draw_structurally_valid")
+    __slots__ = ("index", "requested_space_group", "detected_space_group", "space_group_match", "structurally_valid", "compositionally_valid", "invariant", "formula", "n_atoms", "volume", "density", "min_distance", "wyckoff", "cif_artifact_id", "requested_ops_found", "draws", "first_draw_space_group_match", "first_draw_structurally_valid", "failed", "reason", "first_draw_compositionally_valid")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DETECTED_SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +175,9 @@ class CrystalRow(_message.Message):
     DRAWS_FIELD_NUMBER: _ClassVar[int]
     FIRST_DRAW_SPACE_GROUP_MATCH_FIELD_NUMBER: _ClassVar[int]
     FIRST_DRAW_STRUCTURALLY_VALID_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DRAW_COMPOSITIONALLY_VALID_FIELD_NUMBER: _ClassVar[int]
     index: int
     requested_space_group: int
     detected_space_group: int
@@ -185,10 +196,27 @@ class CrystalRow(_message.Message):
     draws: int
     first_draw_space_group_match: bool
     first_draw_structurally_valid: bool
-    def __init__(self, index: _Optional[int] = ..., requested_space_group: _Optional[int] = ..., detected_space_group: _Optional[int] = ..., space_group_match: _Optional[bool] = ..., structurally_valid: _Optional[bool] = ..., compositionally_valid: _Optional[bool] = ..., invariant: _Optional[bool] = ..., formula: _Optional[str] = ..., n_atoms: _Optional[int] = ..., volume: _Optional[float] = ..., density: _Optional[float] = ..., min_distance: _Optional[float] = ..., wyckoff: _Optional[_Iterable[str]] = ..., cif_artifact_id: _Optional[str] = ..., requested_ops_found: _Optional[bool] = ..., draws: _Optional[int] = ..., first_draw_space_group_match: _Optional[bool] = ..., first_draw_structurally_valid: _Optional[bool] = ...) -> None: ...
+    failed: bool
+    reason: str
+    first_draw_compositionally_valid: bool
+    def __init__(self, index: _Optional[int] = ..., requested_space_group: _Optional[int] = ..., detected_space_group: _Optional[int] = ..., space_group_match: _Optional[bool] = ..., structurally_valid: _Optional[bool] = ..., compositionally_valid: _Optional[bool] = ..., invariant: _Optional[bool] = ..., formula: _Optional[str] = ..., n_atoms: _Optional[int] = ..., volume: _Optional[float] = ..., density: _Optional[float] = ..., min_distance: _Optional[float] = ..., wyckoff: _Optional[_Iterable[str]] = ..., cif_artifact_id: _Optional[str] = ..., requested_ops_found: _Optional[bool] = ..., draws: _Optional[int] = ..., first_draw_space_group_match: _Optional[bool] = ..., first_draw_structurally_valid: _Optional[bool] = ..., failed: _Optional[bool] = ..., reason: _Optional[str] = ..., first_draw_compositionally_valid: _Optional[bool] = ...) -> None: ...
+
+class GroupAnswer(_message.Message):
+    __slots__ = ("space_group", "requested", "generated", "matched", "reason")
+    SPACE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    space_group: int
+    requested: int
+    generated: int
+    matched: int
+    reason: str
+    def __init__(self, space_group: _Optional[int] = ..., requested: _Optional[int] = ..., generated: _Optional[int] = ..., matched: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CrystalSetSummary(_message.Message):
-    __slots__ = ("n_requested", "n_generated", "structural_validity", "compositional_validity", "validity", "space_group_match_rate", "invariant_rate", "space_group_jsd", "density_wasserstein", "n_elements_wasserstein", "crystals_per_second", "method", "requested_ops_found_rate", "first_draw_space_group_match_rate", "first_draw_structural_validity", "n_redrawn", "extra_draws")
+    __slots__ = ("n_requested", "n_generated", "structural_validity", "compositional_validity", "validity", "space_group_match_rate", "invariant_rate", "space_group_jsd", "density_wasserstein", "n_elements_wasserstein", "crystals_per_second", "method", "requested_ops_found_rate", "first_draw_space_group_match_rate", "first_draw_structural_validity", "n_redrawn", "extra_draws", "first_draw_compositional_validity", "n_failed", "groups")
     N_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     N_GENERATED_FIELD_NUMBER: _ClassVar[int]
     STRUCTURAL_VALIDITY_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +234,9 @@ class CrystalSetSummary(_message.Message):
     FIRST_DRAW_STRUCTURAL_VALIDITY_FIELD_NUMBER: _ClassVar[int]
     N_REDRAWN_FIELD_NUMBER: _ClassVar[int]
     EXTRA_DRAWS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DRAW_COMPOSITIONAL_VALIDITY_FIELD_NUMBER: _ClassVar[int]
+    N_FAILED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     n_requested: int
     n_generated: int
     structural_validity: float
@@ -223,7 +254,10 @@ class CrystalSetSummary(_message.Message):
     first_draw_structural_validity: float
     n_redrawn: int
     extra_draws: int
-    def __init__(self, n_requested: _Optional[int] = ..., n_generated: _Optional[int] = ..., structural_validity: _Optional[float] = ..., compositional_validity: _Optional[float] = ..., validity: _Optional[float] = ..., space_group_match_rate: _Optional[float] = ..., invariant_rate: _Optional[float] = ..., space_group_jsd: _Optional[float] = ..., density_wasserstein: _Optional[float] = ..., n_elements_wasserstein: _Optional[float] = ..., crystals_per_second: _Optional[float] = ..., method: _Optional[str] = ..., requested_ops_found_rate: _Optional[float] = ..., first_draw_space_group_match_rate: _Optional[float] = ..., first_draw_structural_validity: _Optional[float] = ..., n_redrawn: _Optional[int] = ..., extra_draws: _Optional[int] = ...) -> None: ...
+    first_draw_compositional_validity: float
+    n_failed: int
+    groups: _containers.RepeatedCompositeFieldContainer[GroupAnswer]
+    def __init__(self, n_requested: _Optional[int] = ..., n_generated: _Optional[int] = ..., structural_validity: _Optional[float] = ..., compositional_validity: _Optional[float] = ..., validity: _Optional[float] = ..., space_group_match_rate: _Optional[float] = ..., invariant_rate: _Optional[float] = ..., space_group_jsd: _Optional[float] = ..., density_wasserstein: _Optional[float] = ..., n_elements_wasserstein: _Optional[float] = ..., crystals_per_second: _Optional[float] = ..., method: _Optional[str] = ..., requested_ops_found_rate: _Optional[float] = ..., first_draw_space_group_match_rate: _Optional[float] = ..., first_draw_structural_validity: _Optional[float] = ..., n_redrawn: _Optional[int] = ..., extra_draws: _Optional[int] = ..., first_draw_compositional_validity: _Optional[float] = ..., n_failed: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupAnswer, _Mapping]]] = ...) -> None: ...
 
 class CrystalSet(_message.Message):
     __slots__ = ("job_id", "summary", "rows", "report_artifact_id")
