@@ -361,7 +361,7 @@ def progress_line(e: common_pb2.JobEvent, width: int = 30) -> str:
     if "eta_s" in e.metrics and state_name(e.state) not in TERMINAL:
         metrics = f"ETA {duration(e.metrics['eta_s'])} " + metrics
     return (f"[{'#' * filled}{'.' * (width - filled)}] {e.progress * 100:5.1f}% {state_name(e.state):9} "
-            f"{e.message[:50]:50} {metrics}").rstrip()
+            f"{e.message[:50]:50} {metrics}")
 
 
 class StillRunning(SystemExit):
