@@ -496,7 +496,9 @@ class Engine:
         a, pol = self.adapter, req.policy
         ids = torch.tensor([req.prompt_ids], dtype=torch.long)
         m = ids.shape[1]
-        out = self.model(input_ids=ids, use_cache=True, output_hidden_states=pol.compresses)
+        # logits of the last position only: the vocabulary projection of every prompt row would cost more than the
+        # layers for a large vocabulary (Gemma: 262k x 640)
+        out = self.model(input_ids=ids, use_cache=True, output_hidden_states=pol.compresses, logits_to_keep=1)
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         layer_k = [_layer_kv(cache, l_)[0][0] for l_ in range(a.L)]    # [Hkv, held_l, D]: a sliding layer's last W-1
         layer_v = [_layer_kv(cache, l_)[1][0] for l_ in range(a.L)]
