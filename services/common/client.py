@@ -398,29 +398,34 @@ def watch(target: Target, job_id: str, out=None, *, reconnect_s: float | None = 
         reconnect_s = float(os.environ.get("PRAXON_WATCH_RECONNECT_S") or WATCH_RECONNECT_S)
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
     after, attempt, heard = 0, 0, time.monotonic()
-    ended, state = False, "QUEUED"
+    ended, state, read_job, drained_from = False, "QUEUED", False, -1
     tty = getattr(out, "isatty", lambda: False)()
     while True:
         try:
-            if not ended:
-                for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
-                                          metadata=target.metadata):
-                    e = item.event
-                    after, attempt, heard = max(after, e.sequence), 0, time.monotonic()
-                    state = state_name(e.state)
-                    out.write(("\r" if tty else "") + progress_line(e) + ("" if tty else "\n"))
+            if read_job or ended:
+                # after a terminal event, a stream that closed early or a failed call: the job as the server has it
+                # (an answer here also shows the server is reachable, even while a job runs long without events)
+                job = stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=target.metadata).job
+                attempt, heard, state, read_job = 0, time.monotonic(), state_name(job.state), False
+                if state in TERMINAL and (ended or drained_from == after):
+                    if tty:
+                        out.write("\n")
                     out.flush()
-                    if state in TERMINAL:
-                        ended = True
-                        break
-            # the stream ended (or closed without a terminal event): read the job; resume the stream if it runs on
-            job = stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=target.metadata).job
-            attempt, heard, state = 0, time.monotonic(), state_name(job.state)
-            if state in TERMINAL:
-                if tty:
-                    out.write("\n")
+                    return job
+                if state in TERMINAL:  # it ended while the stream was down: show the events missed (while the
+                    drained_from = after  # stream brings new ones)
+                ended = False
+            for item in stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=after),
+                                      metadata=target.metadata):
+                e = item.event
+                after, attempt, heard = max(after, e.sequence), 0, time.monotonic()
+                state = state_name(e.state)
+                out.write(("\r" if tty else "") + progress_line(e) + ("" if tty else "\n"))
                 out.flush()
-                return job
+                if state in TERMINAL:
+                    ended = True
+                    break
+            read_job = True  # the stream ended: read the job; resume the stream if it runs on
         except grpc.RpcError as err:
             delay = watch_retry_delay(err, attempt)
             if delay is None:
@@ -436,6 +441,7 @@ def watch(target: Target, job_id: str, out=None, *, reconnect_s: float | None = 
                 raise StillRunning(job_id, state, line) from None
             time.sleep(delay)
             attempt += 1
+            read_job = True
 
 
 def job_error(job: common_pb2.Job) -> str:
