@@ -47,9 +47,13 @@ class PortInUse(RuntimeError):
     """A port a piece was told (or chose) to listen on is taken: the message names the port and what wanted it."""
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether `port` can be bound on `host` now (no SO_REUSEADDR: any use, TIME_WAIT included, counts)."""
+def port_is_free(port: int, host: str = "127.0.0.1", *, strict: bool = False) -> bool:
+    """Whether a server can listen on `port` of `host` now. As servers bind (SO_REUSEADDR: Go's net.Listen, gRPC),
+    so a port whose closed connections linger in TIME_WAIT (a server restarted on its port) counts as free and one
+    with a listener as taken; strict: without SO_REUSEADDR, so any use counts (for picking a port)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        if not strict:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -73,7 +77,7 @@ def free_port_block(span: int, offsets: tuple[int, ...] = (0, 10000), host: str 
         first, last = 2000, 65536 - max(offsets) - span  # an unusual range: fall back to anywhere
     for _ in range(400):
         base = first + (os.getpid() * 7919 + time.monotonic_ns() // 1000) % (last - first)
-        if all(port_is_free(base + off + i, host) for off in offsets for i in range(span)):
+        if all(port_is_free(base + off + i, host, strict=True) for off in offsets for i in range(span)):
             return base
         time.sleep(0.005)
     raise PortInUse(f"no block of {span} free ports (and their +{max(offsets)} twins) on {host}")
