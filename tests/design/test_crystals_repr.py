@@ -24,17 +24,18 @@ def test_round_trip_of_every_shipped_ordered_structure(shipped):
     from pymatgen.analysis.structure_matcher import StructureMatcher
 
     sm = StructureMatcher()
-    assert len(shipped) >= 60  # pymatgen's and pyxtal's ordered structures of at most 64 atoms
+    assert len(shipped) >= 400  # the real structures of at most 64 atoms (AFLOW, ASE, pymatgen, pyxtal, MP)
     used = 0
     for name, s in shipped:
         s = s.copy()
         s.remove_oxidation_states()
         rep = D.represent(s, name)
-        if D._fits(rep, s) is not None:
-            continue  # not in the built-in set (too large for the CPU model)
+        if D.usable(rep, s) is not None:
+            continue  # not in the built-in set (too large for the CPU model, or symmetrised to another group)
         used += 1
         back = R.parse_cif(R.write_cif(R.to_structure(rep)))
-        assert R.spacegroup_of(back, 0.1) == R.spacegroup_of(s, 0.1) == rep.space_group, name
+        # at the tolerance the representation was made with (a few real cells are within 0.1 of a higher group)
+        assert R.spacegroup_of(back, 0.01) == R.spacegroup_of(s, 0.01) == rep.space_group, name
         assert sm.fit(s, back), name
         # the representation itself survives serialisation
         again = R.CrystalRep.from_dict(rep.to_dict())
@@ -42,7 +43,7 @@ def test_round_trip_of_every_shipped_ordered_structure(shipped):
             [a.wyckoff for a in rep.atoms]
         assert all(a.site_symm.shape == (R.N_AXES, R.N_CLASSES) and a.site_symm.sum() == R.N_AXES
                    for a in rep.atoms)
-    assert used >= 50
+    assert used >= 380
 
 
 @pytest.mark.parametrize("sg", [1, 2, 5, 14, 15, 47, 62, 74, 99, 123, 141, 148, 160, 166, 186, 191, 194, 205,
@@ -170,3 +171,25 @@ def test_fixed_split_depends_only_on_the_source():
     splits = [D.split_of(n) for n in names]
     assert splits == [D.split_of(n) for n in reversed(names)][::-1]
     assert 0.7 < splits.count("train") / 400 < 0.9 and splits.count("test") > 10
+
+
+def test_formulas_and_their_wyckoff_placements():
+    assert R.parse_formula("CaTiO3") == (("Ca", 1), ("O", 3), ("Ti", 1)) == R.parse_formula("Ca2Ti2O6")
+    assert R.formula_text(R.parse_formula("O3TiCa")) == "CaTiO3"
+    for bad in ("Xx2", "", "NaCl0.5"):
+        with pytest.raises(ValueError):
+            R.parse_formula(bad)
+    f = R.parse_formula("CaTiO3")
+    for sg in (221, 166, 62, 194, 1):
+        plans = R.wyckoff_plans(sg, f, 1, 48)
+        assert plans, sg
+        for plan in plans:
+            counts: dict[str, int] = {}
+            for el, label in plan:
+                counts[el] = counts.get(el, 0) + R.wyckoff_by_label(sg, label).multiplicity
+            z = counts["Ca"]
+            assert counts == {"Ca": z, "Ti": z, "O": 3 * z} and 5 * z <= 48
+            fixed = [label for _, label in plan if R.wyckoff_by_label(sg, label).dof == 0]
+            assert len(fixed) == len(set(fixed))  # a fixed site holds one atom
+    assert [("Ca", "1b"), ("O", "3c"), ("Ti", "1a")] in R.wyckoff_plans(221, f, 1, 5)  # the perovskite itself
+    assert R.wyckoff_plans(225, f, 1, 10) == []  # Fm-3m cannot hold CaTiO3 x Z in 10 atoms

@@ -97,6 +97,23 @@ def _fits(rep: R.CrystalRep, structure) -> str | None:
     return None
 
 
+def usable(rep: R.CrystalRep, structure) -> str | None:
+    """Why a real structure is left out of the built-in set (None: it is in): too large for the model, or a
+    representation in another group than spglib finds in the structure at the same tolerance (pyxtal's
+    symmetrisation squares a few slightly distorted cells, e.g. ASE's rhombohedral S with 91.5 degree angles)."""
+    if why := _fits(rep, structure):
+        return why
+    if rep.n_atoms > MAX_CELL_ATOMS:
+        return f"{rep.n_atoms} atoms in the conventional cell (at most {MAX_CELL_ATOMS})"
+    try:
+        found = R.spacegroup_of(structure, 0.01)
+    except Exception:  # noqa: BLE001 - spglib rejects a few cells
+        found = None
+    if found != rep.space_group:
+        return f"symmetrised to space group {rep.space_group}, spglib finds {found} at 0.01"
+    return None
+
+
 def represent(structure, source: str) -> R.CrystalRep:
     s = structure.copy()
     s.remove_oxidation_states()
@@ -277,8 +294,7 @@ def builtin_dataset(*, n_random: int = 0, seed: int = 0, include_shipped: bool =
             except Exception as exc:  # noqa: BLE001 - pyxtal's symmetrisation fails on a few cells
                 skipped.append({"source": name, "reason": f"symmetry analysis failed ({type(exc).__name__})"})
                 continue
-            why = _fits(rep, s) or (f"{rep.n_atoms} atoms in the conventional cell (at most {MAX_CELL_ATOMS})"
-                                    if rep.n_atoms > MAX_CELL_ATOMS else None)
+            why = usable(rep, s)
             if why:
                 skipped.append({"source": name, "reason": why})
                 continue

@@ -230,6 +230,11 @@ def parse_formula(text: str) -> tuple[tuple[str, int], ...]:
         raise ValueError(f"{text!r} is not a chemical formula") from None
     if not comp.elements:
         raise ValueError(f"{text!r} has no element")
+    from pymatgen.core import Element
+
+    for el in comp.elements:
+        if not Element.is_valid_symbol(str(el)):
+            raise ValueError(f"{text!r}: {el} is not an element")
     counts = comp.get_el_amt_dict()
     if any(abs(v - round(v)) > 1e-6 or round(v) < 1 for v in counts.values()):
         raise ValueError(f"{text!r}: every element needs a whole, positive count")
