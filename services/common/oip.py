@@ -378,14 +378,19 @@ def served_model(registry, name: str):
 
 
 def register_triton_endpoints(app, dataplane: DataPlane) -> None:
-    """GET /v2/models/{name}[/versions/{version}]/config and POST /v2/repository/index, as Triton answers them."""
+    """GET /v2/models/{name}[/versions/{version}]/config and POST /v2/repository/index, as Triton answers them, for
+    the models of `dataplane` (kserve's REST app is one per process: the routes are added once, and answer for the
+    data plane registered last)."""
     from fastapi import APIRouter
 
-    registry = dataplane.model_registry
+    app.state.praxon_triton_registry = dataplane.model_registry
+    if getattr(app.state, "praxon_triton_routes", False):
+        return
+    app.state.praxon_triton_routes = True
     router = APIRouter(prefix="/v2", tags=["Triton"])
 
-    async def config(model_name: str, model_version: str | None = None) -> dict:
-        return triton_config(served_model(registry, model_name))
+    async def config(request: Request, model_name: str, model_version: str | None = None) -> dict:
+        return triton_config(served_model(request.app.state.praxon_triton_registry, model_name))
 
     async def index(request: Request) -> list[dict]:
         body = await request.body()
@@ -395,7 +400,7 @@ def register_triton_endpoints(app, dataplane: DataPlane) -> None:
             raise InvalidInput("the repository index request body is not JSON") from None
         if not isinstance(options, dict):
             raise InvalidInput("the repository index request body must be a JSON object")
-        return await repository_index(registry, bool(options.get("ready", False)))
+        return await repository_index(request.app.state.praxon_triton_registry, bool(options.get("ready", False)))
 
     router.add_api_route("/models/{model_name}/config", config, methods=["GET"])
     router.add_api_route("/models/{model_name}/versions/{model_version}/config", config, methods=["GET"])

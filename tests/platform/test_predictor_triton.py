@@ -102,3 +102,50 @@ def test_inputs_that_do_not_match_the_declared_specs_are_refused_naming_them(pre
     assert not [line for line in text.splitlines() if " ERROR " in line], text[-3000:]
     refusals = [line for line in text.splitlines() if " INFO services.common.oip: refused " in line]
     assert len(refusals) >= 2 * len(REFUSED_NAMING), text[-3000:]
+
+
+def test_repository_index_and_config_in_process():
+    """The REST endpoints on an app of their own: the ready filter, a model not loaded, a versioned config path, and
+    a body that is not a JSON object (400, never 500)."""
+    import asyncio
+
+    import httpx
+    from fastapi import FastAPI
+    from kserve.model_repository import ModelRepository
+
+    from services.common import oip
+    from services.common.oip import TensorSpec
+
+    class Declared(oip.DeclaredModel):
+        INPUTS = (TensorSpec("x", "FP32", (-1, 3)),)
+        OUTPUTS = (TensorSpec("y", "FP64", (-1,)),)
+
+    ready, loading = Declared("ready"), Declared("loading")
+    ready.ready, loading.ready = True, False
+    repo = ModelRepository()
+    repo.update(ready)
+    repo.update(loading)
+    app = FastAPI()
+    oip.install_error_handlers(app)
+    oip.register_triton_endpoints(app, oip.ReadingDataPlane(model_registry=repo))
+
+    async def run():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p") as c:
+            return [await c.post("/v2/repository/index", content=b""),
+                    await c.post("/v2/repository/index", json={"ready": True}),
+                    await c.post("/v2/repository/index", content=b"{"),
+                    await c.post("/v2/repository/index", json=[1]),
+                    await c.get("/v2/models/ready/versions/7/config"),
+                    await c.get("/v2/models/nope/config")]
+    every, only_ready, not_json, not_object, config, missing = asyncio.run(run())
+    assert every.status_code == 200 and every.json() == [
+        {"name": "loading", "version": "", "state": "UNAVAILABLE", "reason": "not loaded"},
+        {"name": "ready", "version": "", "state": "READY", "reason": ""}]
+    assert [m["name"] for m in only_ready.json()] == ["ready"]
+    assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+    assert not_object.status_code == 400 and "JSON object" in not_object.json()["error"]
+    assert config.status_code == 200 and config.json() == {
+        "name": "ready", "platform": "", "backend": "praxon", "max_batch_size": 0,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 3], "optional": False}],
+        "output": [{"name": "y", "data_type": "TYPE_FP64", "dims": [-1]}]}
+    assert missing.status_code == 404 and "nope" in missing.json()["error"]
