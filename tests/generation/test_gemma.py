@@ -26,7 +26,7 @@ from services.generation.settings import GenerationConfig
 from tests import harness
 from tests.harness import auth, job_row, wait_for
 
-pytestmark = [pytest.mark.gemma,
+pytestmark = [pytest.mark.gemma, pytest.mark.timeout(1800),  # the import moves ~1 GB of float32 weights
               pytest.mark.skipif(pretrained.missing() is not None and not os.environ.get("CI"),
                                  reason=str(pretrained.missing()))]
 NEW = 10
