@@ -62,9 +62,12 @@ def env(settings, tenants, tmp_path_factory):
     channel = grpc.insecure_channel(server.address)
     tenant, token = tenants["a"]
     stub = crystals_pb2_grpc.CrystalServiceStub(channel)
-    imp = stub.StartImportCrystalsJob(pb.StartImportCrystalsJobRequest(builtin=True, n_random=30,
-                                                                       include_shipped=False), metadata=auth(token)).job
-    ds = _wait(settings, imp.id)["result"]["dataset_artifact_id"]
+    imp = stub.StartImportCrystalsJob(pb.StartImportCrystalsJobRequest(builtin=True), metadata=auth(token)).job
+    imported = _wait(settings, imp.id)["result"]
+    ds = imported["dataset_artifact_id"]
+    # the built-in set is real structures, with where each came from
+    assert imported["n_real"] == imported["n_crystals"] >= 350 and imported["n_generated"] == 0
+    assert imported["provenance"]["aflow"]["count"] >= 200
     name = f"symmcd-{uuid.uuid4().hex[:6]}"
     job = stub.StartCrystalTrainingJob(pb.StartCrystalTrainingJobRequest(dataset_artifact_id=ds, model_name=name,
                                                                           params=TRAIN), metadata=auth(token)).job
@@ -114,6 +117,21 @@ def test_generate_in_the_requested_group_and_read_the_set(env, settings):
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_a_fixed_formula_and_the_group_answers_reach_the_api(env, settings):
+    resp = env.stub.StartCrystalGenerationJob(pb.StartCrystalGenerationJobRequest(
+        model=common_pb2.ModelRef(name=env.name), space_group_distribution=[
+            pb.SpaceGroupWeight(space_group=225, weight=1), pb.SpaceGroupWeight(space_group=221, weight=1)],
+        num_samples=4, batch_size=4, formula="NaCl", require_valid_composition=True, max_retries=1,
+        atom_count_range=pb.AtomCountRange(min=1, max=16), seed=2), metadata=auth(env.token))
+    row = _wait(settings, resp.job.id)
+    assert row["params"]["formula"] == "NaCl" and row["params"]["require_valid_composition"] is True
+    cs = env.stub.GetCrystalSet(pb.GetCrystalSetRequest(job_id=resp.job.id), metadata=auth(env.token)).crystal_set
+    assert len(cs.rows) == 4 and all(r.formula == "NaCl" and not r.reason for r in cs.rows)
+    assert {g.space_group for g in cs.summary.groups} <= {225, 221} and sum(g.requested for g in cs.summary.groups) == 4
+    assert cs.summary.first_draw_compositional_validity == pytest.approx(
+        sum(r.first_draw_compositionally_valid for r in cs.rows) / 4)
+
+
 def test_uploaded_cifs_import_and_a_malformed_file_is_named(env, settings):
     good = _upload(env.channel, env.token, "nacl.cif", NACL)
     job = env.stub.StartImportCrystalsJob(pb.StartImportCrystalsJobRequest(artifact_ids=[good]),
@@ -146,6 +164,8 @@ def test_uploaded_cifs_import_and_a_malformed_file_is_named(env, settings):
     ({"sampling_steps": -1}, "sampling_steps"),
     ({"sampling_steps": 31}, "sampling_steps"),  # more than the model's T = 30
     ({"max_retries": 11}, "max_retries"),
+    ({"formula": "NaCl0.5"}, "formula"),
+    ({"formula": "CaTiO3", "space_group": 225, "atom_count_range": pb.AtomCountRange(min=1, max=10)}, "formula"),
 ])
 def test_bad_generation_requests_name_the_field(env, fields, field):
     req = dict({"model": common_pb2.ModelRef(name=env.name), "num_samples": 2}, **fields)

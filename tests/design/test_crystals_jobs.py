@@ -442,6 +442,19 @@ def test_fewer_sampling_steps_and_their_bad_values(trained):
     assert e.value.violations[0].field == "params.reference_dataset_artifact_id"
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer of a worker without a GPU")
+def test_the_gpu_setting_without_a_gpu_fails_saying_so(dataset):
+    ctx, res = dataset
+    tc = _ctx({"dataset_artifact_id": res["dataset_artifact_id"], **J.GPU_TRAIN, "steps": 2}, "design.crystals.train",
+              ctx)
+    with pytest.raises(FailedPrecondition) as e:
+        J.run_training(tc)
+    assert e.value.reason == "NO_GPU"
+    from services.design.crystals import cli
+
+    assert cli.GPU_TRAIN == J.GPU_TRAIN  # the CLI's copy (it imports no torch)
+
+
 def test_malformed_cif_import_fails_naming_the_file_and_stores_nothing():
     ctx = InMemoryJobContext({}, kind="design.crystals.import")
     good = ctx.add_artifact(b"data_x\n", "x.cif")

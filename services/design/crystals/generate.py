@@ -157,6 +157,8 @@ def sample_symmcd(model, req: Request, n: int, *, seed: int, steps_rounds: int =
             # atoms overflowed the range draws fewer next time
             keep = (idx >= (1 if symmetric else req.min_atoms)) & (idx * _min_mult(g) <= req.max_atoms) \
                 & (idx < too_many[i])
+            if not keep.any():
+                keep = idx == 1
             p = np.where(keep, p, 0.0)
             if p.sum() <= 0:
                 p = keep.astype(float)
