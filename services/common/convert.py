@@ -79,10 +79,25 @@ def event(row: dict) -> common_pb2.JobEvent:
                                metrics={k: float(v) for k, v in row["metrics"].items()}, time=ts(row["created_at"]))
 
 
+# A model version's config can carry whole files (a language model's tokenizer.json: 33 MB for Gemma's 262k words);
+# the API answers with their size instead, so a version always fits in a message (the files stay in the registry).
+MAX_CONFIG_STRING = 64 * 1024
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_CONFIG_STRING:
+        return f"<{len(value.encode())} bytes, not returned>"
+    if isinstance(value, dict):
+        return {k: _bounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bounded(v) for v in value]
+    return value
+
+
 def model_version(row: dict, weights: dict | None, aliases: list[str], parents: list[str]) -> models_pb2.ModelVersion:
     return models_pb2.ModelVersion(
         id=str(row["id"]), name=row["name"], version=row["version"] or 0, kind=row["kind"], aliases=aliases,
-        config=struct(row["config"]), metrics={k: float(v) for k, v in row["metrics"].items()},
+        config=struct(_bounded(row["config"])), metrics={k: float(v) for k, v in row["metrics"].items()},
         weights=artifact(weights) if weights else None, producing_job_id=str(row["producing_job_id"] or ""),
         parent_version_ids=parents, dataset_artifact_id=str(row["dataset_artifact_id"] or ""),
         create_time=ts(row["created_at"]))

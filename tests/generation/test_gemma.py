@@ -46,6 +46,8 @@ def settings(settings, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def env(settings, tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from services.common import hf
 
     root = Path(settings.generation.import_roots[0])
@@ -58,20 +60,25 @@ def env(settings, tmp_path_factory):
     finally:
         os.environ.pop("PRAXON_GENERATION__IMPORT_ROOTS", None)
     channel = grpc.insecure_channel(server.address)
-    stub = generation_pb2_grpc.GenerationServiceStub(channel)
-    md = auth(token)
-    job = stub.StartImportLanguageModelJob(pb.StartImportLanguageModelJobRequest(
-        model_name=NAME, path=str(path)), metadata=md).job
-    row = wait_for(lambda: (r := job_row(settings, job.id))["state"] in ("SUCCEEDED", "FAILED") and r, 600,
-                   interval=0.5, what="the Gemma import")
-    assert row["state"] == "SUCCEEDED", (row["error_reason"], row["error_message"])
-    reference, tokenizer = hf.load_model(*hf.gguf_to_registry(path))  # transformers' own reading of the file
-    e = SimpleNamespace(settings=settings, server=server, worker=worker, channel=channel, stub=stub, md=md,
-                        token=token, tenant=tenant, row=row, reference=reference, tokenizer=tokenizer, gguf=path)
-    yield e
-    worker.stop()
-    channel.close()
-    server.stop()
+    try:  # a failed import stops the worker and the server too
+        stub = generation_pb2_grpc.GenerationServiceStub(channel)
+        md = auth(token)
+        job = stub.StartImportLanguageModelJob(pb.StartImportLanguageModelJobRequest(
+            model_name=NAME, path=str(path)), metadata=md).job
+        # transformers' own reading of the file (what the import dequantises), while the worker imports it
+        reference = AutoModelForCausalLM.from_pretrained(root, gguf_file=path.name, dtype=torch.float32).eval()
+        tokenizer = AutoTokenizer.from_pretrained(root, gguf_file=path.name)
+        tokenizer.chat_template = hf.GEMMA_CHAT_TEMPLATE  # what the import gives a Gemma GGUF without one
+        row = wait_for(lambda: (r := job_row(settings, job.id))["state"] in ("SUCCEEDED", "FAILED") and r, 1500,
+                       interval=0.5, what="the Gemma import")
+        assert row["state"] == "SUCCEEDED", (row["error_reason"], row["error_message"])
+        e = SimpleNamespace(settings=settings, server=server, worker=worker, channel=channel, stub=stub, md=md,
+                            token=token, tenant=tenant, row=row, reference=reference, tokenizer=tokenizer, gguf=path)
+        yield e
+    finally:
+        worker.stop()
+        channel.close()
+        server.stop()
 
 
 def _generate(env, prompt: str, policy: str = "none", retention: float = 1.0):
