@@ -9,11 +9,16 @@ they differ: 0 instead of -inf for infeasible sequences, numpy draws).
     .venv/bin/python benchmarks/design/gameopt.py                      # the issue's sizes: 10 seeds, up to 120 evals
     .venv/bin/python benchmarks/design/gameopt.py --seeds 3 --budget 50 --sizes 20x12x2x4 --rounds 100
 
-Sizes are STATESxLENGTHxMOTIFSxMOTIF_LENGTH. Methods: gameopt_hedge, gameopt_best_response, random, mutation, ga,
-gp_ucb_pool, local_search (BoTorch's discrete local search on the same UCB). As in holo-bench, no method is told the
-function's banned transitions (the feasible set is unknown; an infeasible sequence scores 0); GameOpt and the
+Sizes are STATESxLENGTHxMOTIFSxMOTIF_LENGTH (default: the issue's 20x12x2x3, 20x32x4x4, 32x32x4x4 and holo-bench's
+32x128x4x4). Methods: gameopt_hedge, gameopt_best_response (GameOpt at its defaults but --rounds/--games), gp_ucb_br
+(the plain GP-UCB loop: one point per fit, iterated best response on UCB from the best observed sequence),
+gp_ucb_br_batch (the same step, a batch per fit), random, mutation, ga, gp_ucb_pool, local_search (BoTorch's
+discrete local search on the same UCB). As in holo-bench, no method is told the function's banned transitions (the
+feasible set is unknown): GameOpt sees a failed (infeasible) evaluation as failed (NaN, as holo-bench's -inf) and
+learns from it, the baselines see its value 0; every method is scored with 0 for it. GameOpt and the
 surrogate-based baselines search within --trust-radius substitutions of the best observed sequence (0: no trust
-region). The `feasible` column is the share of suggested sequences (not the initial ones) that are feasible."""
+region). The `feasible` column is the share of suggested sequences (not the initial ones) that are feasible; s/batch
+is the wall time of one batch of suggestions (gp_ucb_br: of batch-size one-point steps, each with its own fit)."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +44,8 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 (to split a "
+                    "long run into several processes)")
     ap.add_argument("--budget", type=int, default=120)
     ap.add_argument("--batch-size", type=int, default=10)
     ap.add_argument("--n-init", type=int, default=20)
@@ -63,7 +70,7 @@ def main(argv=None) -> None:
         v, L, c, k = (int(x) for x in size.split("x"))
         for method in args.methods.split(","):
             traces = []
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 f = Ehrlich(num_states=v, length=L, num_motifs=c, motif_length=k, seed=seed)
                 traces.append(run_loop(f, method, args.budget, args.batch_size, seed, n_init=args.n_init, config=cfg,
                                        trust_radius=radius))
@@ -81,8 +88,12 @@ def main(argv=None) -> None:
             row.update({"seconds_per_batch": float(np.mean(secs)), "optimum_rate": float(hit), "feasible_share": feas,
                         "trust_radius": radius or 0})
             rows.append(row)
+            per_seed = [round(t.best_after(args.budget), 3) for t in traces]
+            row["best_per_seed"] = " ".join(str(b) for b in per_seed)
             print(f"{'ehrlich-' + size:>16} {method:>22} " + " ".join(f"{x:>18}" for x in cells)
                   + f" {np.mean(secs):>8.2f} {hit:>11.0%} {feas:>8.0%}", flush=True)
+            print(f"# seeds {args.first_seed}-{args.first_seed + args.seeds - 1} best@{args.budget}: {per_seed}",
+                  flush=True)
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=sorted({k for r in rows for k in r}))

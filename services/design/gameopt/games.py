@@ -170,6 +170,14 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
         if y is None:
             raise ValueError("hedge needs a start that can be made feasible")
         x = y
+    # under an edit budget (a trust region: one parent, max_edits) each round's play is built from the parent, so
+    # an edit made once does not hold the budget for good; players move in the order of how much a change gained
+    # them in the last round's counterfactuals (random among equals: the first round is a random order)
+    parents = space.parent_array
+    base = parents[0] if len(parents) == 1 and space.max_edits is not None and space.feasible(parents[0])[0] \
+        else None
+    if _single_sites(players) and [g[0] for g in players.groups] == list(range(space.length)):
+        return _hedge_letters(payoff, space, x, players, base, rounds, eta, tail, rng, scale, floor)
     n_players = len(players.groups)
     logw = [np.zeros(len(S)) for S in players.strategies]
     cum_dev = [np.zeros(len(S)) for S in players.strategies]
@@ -177,12 +185,6 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
     regret: list[float] = []
     samples: list[np.ndarray] = []
     plays = np.zeros((rounds, len(x)), dtype=np.int64)
-    # under an edit budget (a trust region: one parent, max_edits) each round's play is built from the parent, so
-    # an edit made once does not hold the budget for good; players move in the order of how much a change gained
-    # them in the last round's counterfactuals (random among equals: the first round is a random order)
-    parents = space.parent_array
-    base = parents[0] if len(parents) == 1 and space.max_edits is not None and space.feasible(parents[0])[0] \
-        else None
     gain = np.zeros(n_players)
     for t in range(1, rounds + 1):
         if base is not None:
@@ -213,9 +215,84 @@ def hedge(payoff: Payoff, space: SequenceSpace, x0: np.ndarray, players: Players
     for p in np.argsort([-floored(w, floor).max() for w in logw]):
         q = floored(logw[p], floor) * _allowed(space, players, p, mode)
         mode[list(players.groups[p])] = players.strategies[p][int(np.argmax(q))]
+    return _result(payoff, samples, mode, rounds, regret, plays, [floored(w, floor) for w in logw])
+
+
+def _result(payoff, samples, mode, rounds, regret, plays, mixed) -> GameResult:
     samples.append(mode)
     uniq = {s.tobytes(): s for s in samples}
     C = np.array(list(uniq.values()), dtype=np.int64)
-    mixed = [floored(w, floor) for w in logw]
     return GameResult(candidates=C, payoffs=payoff(C), equilibrium=mode, rounds=rounds, regret=regret, plays=plays,
                       mixed=mixed)
+
+
+def _hedge_letters(payoff: Payoff, space: SequenceSpace, x: np.ndarray, players: Players, base: np.ndarray | None,
+                   rounds: int, eta: float, tail: int, rng: np.random.Generator, scale: float, floor: float
+                   ) -> GameResult:
+    """`hedge` for one player per site, on (L, A) arrays (the same algorithm; a round costs a few vector operations
+    instead of L Python-level draws). When the only constraints are allowed letters and, optionally, one parent's
+    edit budget, the sequential draw is exact in closed form: each player proposes a letter from its floored weights
+    over its allowed letters; in the turn order, an edit is kept while the budget lasts, and a player whose turn comes
+    after it is spent has only the parent's letter left. Other constraints (forbidden motifs, several parents) take
+    the player-by-player draw."""
+    L, A = space.length, space.size
+    mask = space.mask
+    rows = np.arange(L)
+    closed = not space.forbidden and (base is not None or space.max_edits is None or not len(space.parent_array))
+    W = np.where(mask, 0.0, -np.inf)  # log-weights, -inf on letters a site does not allow
+    cum_dev = np.zeros((L, A))
+    cum_real = 0.0
+    regret: list[float] = []
+    samples: list[np.ndarray] = []
+    plays = np.zeros((rounds, L), dtype=np.int64)
+    gain = np.zeros(L)
+    table = getattr(payoff, "single_site", None)
+
+    def probs() -> np.ndarray:
+        P = np.exp(W - W.max(1, keepdims=True))
+        P /= P.sum(1, keepdims=True)
+        P = np.where(mask, P + floor, 0.0)
+        return P / P.sum(1, keepdims=True)
+
+    for t in range(1, rounds + 1):
+        P = probs()
+        order = np.lexsort((rng.random(L), -gain))
+        if closed:
+            cdf = np.cumsum(P, 1)
+            prop = np.minimum((rng.random((L, 1)) * cdf[:, -1:] > cdf).sum(1), A - 1)
+            if base is not None:
+                x = base.copy()
+                edit = prop[order] != base[order]
+                keep = ~edit | (np.cumsum(edit) <= space.max_edits)
+                x[order[keep]] = prop[order[keep]]
+            else:
+                x = prop
+        else:
+            if base is not None:
+                x = base.copy()
+            for s in order:
+                q = P[s] * space.single_site_feasible(x, int(s), np.arange(A))
+                x[s] = int(rng.choice(A, p=q / q.sum()))
+        plays[t - 1] = x
+        if table is not None:
+            T = np.array(table(x), dtype=np.float64)
+        else:
+            T = np.zeros((L, A))
+            for p, u in enumerate(deviation_payoffs(payoff, space, players, x)):
+                T[p, players.strategies[p][:, 0]] = u
+        T = np.where(mask, T, -np.inf)
+        ref = x if base is None else base
+        gain = T.max(1) - T[rows, ref]
+        cum_real += float(T[0, x[0]])
+        W += (eta / scale) * np.where(mask, T, 0.0)
+        cum_dev += np.where(mask, T, 0.0)
+        regret.append(float((np.where(mask, cum_dev, -np.inf).max(1) - cum_real).max()) / t)
+        if t > rounds - tail:
+            samples.append(x.copy())
+    P = probs()
+    mode = x.copy() if base is None else base.copy()
+    for s in np.argsort(-P.max(1), kind="stable"):
+        q = P[s] * space.single_site_feasible(mode, int(s), np.arange(A))
+        mode[s] = int(np.argmax(q))
+    mixed = [P[s, S[:, 0]] for s, S in enumerate(players.strategies)]
+    return _result(payoff, samples, mode, rounds, regret, plays, mixed)

@@ -44,7 +44,7 @@ class SuggestionJob:
                      else f"GP fitted on {len(y)} observations; {self.total} games")
 
     def step(self, i: int) -> dict[str, float]:
-        res = self.opt.play(i)
+        res = self.opt.play(i, [np.array(p, dtype=np.int64).reshape(-1, self.space.length) for p in self.pools])
         self.pools.append(res.candidates.tolist())
         out = {"game": float(i), "best_ucb": float(np.max(res.payoffs)) if len(res.payoffs) else 0.0,
                "moves": float(res.rounds)}

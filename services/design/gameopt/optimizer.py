@@ -1,13 +1,25 @@
 """Suggesting a batch: GameOpt and the baselines behind one ask interface, and the oracle loop that benchmarks and
-the quality test run them in.
+the quality tests run them in.
 
-GameOpt (`GameOpt.plan` + `GameOpt.play` + `GameOpt.select`, split so the suggestion job can checkpoint after each
-game): fit the GP on the observations; play several games (the first from the best observed sequence, the others
-from random feasible starts) with the chosen solver; pool the games' candidate equilibria, drop sequences already
-observed, and return the top `batch_size` distinct feasible ones by UCB. If the games yield too few new ones, the rest of the
-batch is filled with the best-UCB single-site neighbours of the equilibria, then with random feasible sequences.
+GameOpt (`GameOpt.fit` + `GameOpt.play` + `GameOpt.select`, split so the suggestion job can checkpoint after each
+game), as the paper's code runs it (melisilaydabal/gameopt, main.py): fit the GP on the successful observations;
+play `games` games (3 by default, the code's nb_games; the first from the best observed sequence, the others from
+random feasible starts) with the chosen solver (Hedge: 400 rounds, eta 0.5, the last 10 rounds' plays as candidate
+equilibria); pool the games' candidates, drop sequences already observed, and pick the batch from them by the
+acquisition (the code keeps its top nb_sample by UCB; here greedily with hallucinated observations, GP-BUCB, see
+`bucb_select`, so a batch of 10 is not ten near-copies). If the games yield too few new candidates, their feasible
+single-site neighbours join the pool, then random feasible sequences fill the rest.
 
-Baselines (same space, same constraints, same surrogate where they use one):
+Failures: an observation may be NaN, a measurement that failed (an infeasible sequence). It is kept as such: the GP
+is fitted on the others (no made-up value), and once anything has failed a feasibility model learns from all of them
+(feasibility.py) and the acquisition becomes UCB weighted by P(feasible) (`Acquisition`), in the games and in the
+batch alike. Declared constraints are never left to it: every suggestion satisfies `SequenceSpace.feasible`.
+
+Baselines (same space, same constraints, same surrogate where they use one; they see a failure as the value 0):
+- "gp_ucb_br": the plain GP-UCB loop, one point per fit (run_loop evaluates it before the next is chosen): iterated
+  best response on UCB from the best observed sequence (each site's best letter in turn), the best unmeasured
+  neighbour if that equilibrium is measured already;
+- "gp_ucb_br_batch": the same step for a batch under one fit, one start per point (the best observed sequences);
 - "random": uniform over the feasible set (each draw projected by repair);
 - "mutation": random single/double-site mutations of the best observed sequence;
 - "ga": a genetic algorithm (tournament selection from the observed population, uniform crossover, per-site
@@ -18,9 +30,10 @@ Baselines (same space, same constraints, same surrogate where they use one):
   qUpperConfidenceBound, which the q > 1 local search needs for its pending points); its answers are then repaired
   onto the campaign's constraints (BoTorch knows only each site's allowed letters).
 Trust region (`GameOptConfig.trust_radius`, `suggest_baseline(trust_radius=)`, `run_loop(trust_radius=)`; the API's
-StartSuggestionJob `trust_radius`; off by default): GameOpt and the surrogate-based baselines search only within that many substitutions of the best observed
-sequence (see `trust_region`); the benchmark harness turns it on because its Ehrlich functions' feasible set is
-unknown to the optimizers, as in holo-bench.
+StartSuggestionJob `trust_radius`; off by default): GameOpt and the surrogate-based baselines search only within that
+many substitutions of the best observed sequence (the latest of equally good ones; see `trust_region`), GameOpt's
+games inside it (games.py); the benchmark harness turns it on because its Ehrlich functions' feasible set is unknown
+to the optimizers, as in holo-bench.
 Direction: observations are negated for minimisation before any of this, so every method maximises."""
 from __future__ import annotations
 
@@ -66,6 +79,8 @@ class GameOptConfig:
     trust_radius: int | None = None  # see trust_region; None: the whole campaign space
     payoff_scale: float = 10.0  # Hedge's payoff is UCB / payoff_scale (the official (UCB + 5) / 10)
     learn_feasibility: bool = True  # once an observation has failed, weigh UCB by P(feasible) (feasibility.py)
+    neighbours: bool = False  # pool the candidates' single-site neighbours always, not only when too few are new
+    hallucinate: bool = False  # each game plays against the GP conditioned on the earlier games' candidates
 
 
 DEFAULT_GAMES = 3
@@ -87,8 +102,16 @@ def trust_region(space: SequenceSpace, X: np.ndarray, y: np.ndarray, radius: int
     ok = np.flatnonzero(space.feasible(X))
     if not len(ok):
         return space
-    best = X[ok[int(np.argmax(np.asarray(y)[ok]))]]
+    best = X[ok[last_argmax(np.asarray(y)[ok])]]
     return replace(space, parents=(space.decode(best),), max_edits=int(radius))
+
+
+def last_argmax(y: np.ndarray) -> int:
+    """The index of the latest of the best values: on a plateau (Ehrlich values are quantised, so many sequences
+    tie) the trust region follows the newest equally good sequence, a neutral move, instead of staying on the
+    first one found."""
+    y = np.asarray(y, dtype=np.float64)
+    return int(np.flatnonzero(y == y.max())[-1])
 
 
 def _dedupe_rows(X: np.ndarray) -> np.ndarray:
@@ -200,23 +223,29 @@ class GameOpt:
             feas = self.space.feasible(self.X) & self.ok
             if feas.any():
                 idx = np.flatnonzero(feas)
-                return self.X[idx[int(np.argmax(self.y[idx]))]].copy()
+                return self.X[idx[last_argmax(self.y[idx])]].copy()
         starts = self.space.sample_feasible(rng, 1)
         if not len(starts):
             raise ValueError("constraints: no feasible start found")
         return starts[0]
 
-    def play(self, game: int) -> GameResult:
+    def play(self, game: int, previous: list[np.ndarray] | None = None) -> GameResult:
+        """Game `game`; with `hallucinate`, against the GP conditioned also on the earlier games' candidates
+        (`previous`) at their mean, so that it looks elsewhere (the batch's diversity starts in the games)."""
         if self.acquisition is None:
             self.fit()
+        acq = self.acquisition
+        if self.config.hallucinate and previous and any(len(p) for p in previous):
+            P = _dedupe_rows(np.concatenate([p for p in previous if len(p)]))
+            acq = Acquisition(acq.surrogate.hallucinated(P), acq.beta, acq.feasibility, acq.floor)
         rng = np.random.default_rng([self.seed, game, 2])
         x0 = self.start(game)
         # the games multiply small matrices (L*A x n): a multi-threaded BLAS only contends for the cores (3-4x slower
         # per round on a loaded 2-core machine, measured), so one thread
         with threadpool_limits(limits=1, user_api="blas"):
             if self.config.solver == "best_response":
-                return best_response(self.acquisition, self.space, x0, self.players)
-            return hedge(self.acquisition, self.space, x0, self.players, rounds=self.config.rounds,
+                return best_response(acq, self.space, x0, self.players)
+            return hedge(acq, self.space, x0, self.players, rounds=self.config.rounds,
                          eta=self.config.eta, tail=self.config.tail, rng=rng, scale=self.config.payoff_scale)
 
     def select(self, pools: list[np.ndarray]) -> list[Suggestion]:
@@ -242,9 +271,10 @@ class GameOpt:
 
         E = _dedupe_rows(np.concatenate([p for p in pools if len(p)] or [np.zeros((0, self.space.length), int)]))
         C = new_feasible(E)
-        # too few new equilibria (games often end on points already measured): add the feasible single-player
-        # neighbours of every equilibrium, ranked by the acquisition with the rest, before falling back to random
-        if len(C) < self.batch_size and len(E):
+        # the feasible single-player neighbours of every candidate equilibrium join the pool (always with
+        # `neighbours`; else only when the games yield too few new ones, as they often end on measured points),
+        # ranked by the acquisition with the rest, before falling back to random
+        if (self.config.neighbours or len(C) < self.batch_size) and len(E):
             extra = []
             for x in E:
                 D, _ = self.players.deviations(x)
@@ -258,7 +288,10 @@ class GameOpt:
 
     def suggest(self) -> list[Suggestion]:
         self.fit()
-        pools = [] if self.cold else [self.play(g).candidates for g in range(self.n_games)]
+        pools: list[np.ndarray] = []
+        if not self.cold:
+            for g in range(self.n_games):
+                pools.append(self.play(g, pools).candidates)
         return self.select(pools)
 
 
@@ -362,7 +395,7 @@ def _ucb_best_response(sur: Surrogate, space: SequenceSpace, X: np.ndarray, y: n
     acq = Acquisition(sur, beta)
     players = Players.of(space)
     feas = space.feasible(X)
-    order = [i for i in np.argsort(-y, kind="stable") if feas[i]]
+    order = [i for i in np.lexsort((-np.arange(len(y)), -y)) if feas[i]]  # best first, the latest among ties
     out: list[np.ndarray] = []
     for i in order[:n]:
         x = best_response(acq, space, X[i], players).equilibrium
