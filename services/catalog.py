@@ -1,16 +1,16 @@
 """The one list of services. Adding a service is adding its folder (services/<name>/__init__.py exports SPEC) and
 one line in SPECS; `praxon serve`, the worker, the CLI, the demo, the predictors and the chart tests read it.
 
-Importing this module imports only the services' __init__ modules (no servicer, job, torch or grpc) and installs
-their job kinds in services.common.jobkinds. Settings.extra_services adds specs from elsewhere (tests, plugins)."""
+Importing this module imports only the services' __init__ modules (no servicer, job, torch or grpc). It is where job
+kinds are found (job_kind, job_kinds, queues: read from SPECS at each call, nothing installed elsewhere).
+Settings.extra_services adds specs from elsewhere (tests, plugins)."""
 from __future__ import annotations
 
 from pydantic import Field, create_model
 
 from services import design, generation, moderation, platform, recommendation, unlearning
-from services.common import jobkinds
 from services.common.settings import Settings as BaseSettings
-from services.common.spec import ServiceSpec, resolve
+from services.common.spec import JobKind, ServiceSpec, resolve
 
 SPECS: list[ServiceSpec] = [
     platform.SPEC,
@@ -29,7 +29,9 @@ def add(spec: ServiceSpec) -> None:
         if known[spec.name] is not spec:
             raise ValueError(f"service {spec.name!r} is declared twice")
         return
-    jobkinds.install(spec.job_kinds)
+    twice = sorted(set(spec.job_kinds) & set(job_kinds()))
+    if twice:
+        raise ValueError(f"job kind {twice[0]!r} of service {spec.name!r} is declared twice")
     SPECS.append(spec)
 
 
@@ -54,8 +56,23 @@ def predictors() -> dict[str, str]:
     return {name: ref for s in SPECS for name, ref in s.predictors.items()}
 
 
+def job_kinds() -> dict[str, JobKind]:
+    """Every job kind of the hosted services: kind -> JobKind."""
+    return {name: kind for s in SPECS for name, kind in s.job_kinds.items()}
+
+
+def job_kind(name: str) -> JobKind | None:
+    """The JobKind named `name`, or None when no hosted service declares it."""
+    for s in SPECS:
+        if name in s.job_kinds:
+            return s.job_kinds[name]
+    return None
+
+
 def queues() -> tuple[str, ...]:
-    return jobkinds.queues()
+    """Every queue a known job kind runs on ("default" first): a queue per job class, so operators can size and
+    place workers per class (GPU nodes for training, ...)."""
+    return tuple(dict.fromkeys(["default", *(k.queue for k in job_kinds().values())]))
 
 
 def settings_class() -> type[BaseSettings]:
@@ -69,7 +86,3 @@ def settings(**overrides) -> BaseSettings:
     s = settings_class()(**overrides)
     load_extra(s)
     return s
-
-
-for _spec in SPECS:
-    jobkinds.install(_spec.job_kinds)

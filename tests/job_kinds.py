@@ -1,12 +1,15 @@
-"""A service that exists only for the tests (one job kind); processes host it via PRAXON_EXTRA_SERVICES."""
+"""A service that exists only for the tests; processes host it via PRAXON_EXTRA_SERVICES. test.counter: a resumable
+counter (free-form params); test.typed: a kind with a params model and an on_finish hook."""
 from __future__ import annotations
 
 import hashlib
 import time
 
 import torch
+from pydantic import Field
 
 from services.common.jobcontext import JobContext
+from services.common.params import JobParams
 from services.common.spec import JobKind, ServiceSpec
 
 
@@ -35,4 +38,31 @@ def expected_digest(steps: int) -> str:
     return digest
 
 
-SPEC = ServiceSpec(name="test", job_kinds={"test.counter": JobKind("default", "tests.job_kinds:run_counter")})
+class TypedParams(JobParams):
+    steps: int = Field(ge=1, le=100)
+    label: str = Field("", max_length=20)
+
+
+def run_typed(ctx: JobContext) -> dict:
+    """Reports what it was given: the typed object of its kind's model, validated at submit."""
+    p = ctx.params
+    return {"params_type": type(p).__name__, "steps": p.steps, "label": p.label}
+
+
+HOOK_RAISES = "hook-raises"
+
+
+def on_typed_finished(conn, job: dict) -> None:
+    """test.typed's on_finish: appends what it saw to the job's message, in the finishing transaction (so a test
+    sees it committed with the new state, or rolled back with it); with the label HOOK_RAISES it then raises."""
+    conn.execute("UPDATE jobs SET message = message || %s WHERE id = %s",
+                 (f" [on_finish saw {job['state']}]", job["id"]))
+    if job["params"].get("label") == HOOK_RAISES:
+        raise RuntimeError("on_finish failed")
+
+
+SPEC = ServiceSpec(name="test", job_kinds={
+    "test.counter": JobKind("default", "tests.job_kinds:run_counter"),
+    "test.typed": JobKind("default", "tests.job_kinds:run_typed", params="tests.job_kinds:TypedParams",
+                          on_finish="tests.job_kinds:on_typed_finished"),
+})

@@ -15,11 +15,11 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
-from services.common.errors import Cancelled, PraxonError, ResourceExhausted, transient
+from services import catalog
+from services.common.errors import Cancelled, FailedPrecondition, PraxonError, ResourceExhausted, transient
 from services.common.jobcontext import CHILD_POLL_SECONDS, ChildJobsPending, ModelVersionInfo
-from services.common.jobkinds import JOB_KINDS
-from services.common.spec import resolve
-from services.common.jobs import TERMINAL, LeaseLost
+from services.common.spec import JobKind, resolve
+from services.common.jobs import TERMINAL, LeaseLost, typed_params
 from services.common.state import dumps_state, loads_state
 from services.common.store import retry
 from workers.runtime import Runtime
@@ -35,8 +35,12 @@ def _db_retry(fn: Callable[[], Any], what: str) -> Any:
     return retry(fn, what=what, transient=transient, attempts=10, base_delay=0.25)
 
 
-def resolve_target(kind: str) -> Callable[[Any], dict | None]:
-    return resolve(JOB_KINDS[kind].target)
+def job_kind(kind: str) -> JobKind:
+    """The kind as the catalog's specs declare it (FailedPrecondition if this worker hosts no such kind)."""
+    spec = catalog.job_kind(kind)
+    if spec is None:
+        raise FailedPrecondition(f"job kind {kind} is not available on this worker", reason="JOB_KIND_UNAVAILABLE")
+    return spec
 
 
 class WorkerJobContext:
@@ -240,7 +244,10 @@ def run_job(rt: Runtime, job_id: str) -> str:
     ctx = WorkerJobContext(rt, job, owner)
     HEARTBEATS.watch(ctx, rt.settings.jobs.heartbeat_seconds)
     try:
-        result = resolve_target(job["kind"])(ctx)
+        kind = job_kind(job["kind"])
+        # the params submit validated, as the typed object the job receives (the kind's model; a dict without one)
+        ctx.params = typed_params(kind, ctx.params, prefix="params.")
+        result = resolve(kind.target)(ctx)
         ctx.check_cancelled()  # a cancel that arrived during the last step still wins
         _finish(rt, ctx, "SUCCEEDED", result=result or {}, message="succeeded")
         return "succeeded"

@@ -40,7 +40,7 @@ class JobContext(Protocol):
     job_id: str
     tenant_id: str
     kind: str
-    params: dict[str, Any]
+    params: Any  # the typed object of the kind's params model (validated at submit); a dict for a kind without one
 
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         """Record progress in [0, 1] with optional scalar metrics (job_events row + NOTIFY)."""
@@ -217,23 +217,25 @@ class InMemoryJobContext:
         self.tombstones.setdefault(dataset_artifact_id, set()).update(str(r) for r in record_ids)
 
     def start_child(self, kind: str, params: dict[str, Any], key: str) -> str:
-        """Runs the child inline, to its end, with the job kind's own function (as the worker resolves it); the
-        child shares this context's artifacts, models and tombstones (the same tenant's stores)."""
-        from services import catalog  # noqa: F401 - installs every service's job kinds
-        from services.common.jobkinds import JOB_KINDS
+        """Runs the child inline, to its end, with the job kind's own function and typed params (as submit and the
+        worker do); the child shares this context's artifacts, models and tombstones (the same tenant's stores)."""
+        from services.common.jobs import catalog_kind, typed_params
         from services.common.spec import resolve
 
         self.check_cancelled()
         if key in self.children:
             return self.children[key]["job_id"]
-        child = InMemoryJobContext(params=dict(params), kind=kind, tenant_id=self.tenant_id, artifacts=self.artifacts,
-                                   models=self.models, tombstones=self.tombstones)
+        spec = catalog_kind(kind)
+        if spec is None:
+            raise NotFound(f"job kind {kind} is not available")
+        child = InMemoryJobContext(params=typed_params(spec, params), kind=kind, tenant_id=self.tenant_id,
+                                   artifacts=self.artifacts, models=self.models, tombstones=self.tombstones)
         out: dict[str, Any] = {"job_id": child.job_id, "kind": kind, "result": None, "error_reason": None,
                                "error_message": None}
         before = set(self.models)
         t0 = time.perf_counter()
         try:
-            out["result"], out["state"] = resolve(JOB_KINDS[kind].target)(child) or {}, "SUCCEEDED"
+            out["result"], out["state"] = resolve(spec.target)(child) or {}, "SUCCEEDED"
         except Cancelled:
             out["state"] = "CANCELLED"
         except PraxonError as exc:

@@ -16,7 +16,13 @@ statement that moves a job row lives in JobStore, so the state machine is readab
     requeue_stale     RUNNING with an expired lease -> QUEUED, re-enqueued (the lease reaper); lost messages resent
 
 Services submit and follow jobs here; the worker runner (workers/runner.py) claims, heartbeats and finishes them
-here. A write by a run that no longer owns its job raises LeaseLost and changes nothing."""
+here. A write by a run that no longer owns its job raises LeaseLost and changes nothing.
+
+Job kinds come from the service specs (services/catalog.py; JobKind in services/common/spec.py): submit validates a
+job's params with the model its kind names (once: a value the job would reject is refused there, INVALID_ARGUMENT
+naming the field), and every transition to a terminal state (finish, cancel, cancel_unstarted) calls the kind's
+on_finish(conn, job_row) hook in its own transaction: the hook's writes commit with the new state, and a hook that
+raises rolls the transition back (the row keeps its state, the outputs stay uncommitted)."""
 from __future__ import annotations
 
 import base64
@@ -24,7 +30,7 @@ import binascii
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,8 +42,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from services.common.jobkinds import JOB_KINDS
 from services.common.queue import RUN_JOB_TASK
+from services.common.spec import JobKind
 
 log = logging.getLogger(__name__)
 
@@ -139,31 +145,67 @@ class JobQuota:
     retry_after_s: float = 5.0
 
 
+def catalog_kind(name: str) -> JobKind | None:
+    """The job kind `name` as the hosted services declare it: the catalog's one list of specs (imported when first
+    needed: common imports no service)."""
+    from services import catalog
+
+    return catalog.job_kind(name)
+
+
+def typed_params(kind: JobKind, params: Any, *, prefix: str = "") -> Any:
+    """`params` as the object the job receives: an instance of the kind's params model (validated: InvalidArgument
+    naming each field, `prefix` + its path), or the dict itself for a kind without a model."""
+    model = kind.params_model()
+    if model is None:
+        return params if isinstance(params, dict) else dict(params)
+    from services.common.params import parse_params  # (params -> registry -> this module)
+
+    return parse_params(model, params, prefix=prefix)
+
+
 @dataclass
 class JobStore:
     pool: ConnectionPool
     celery: Celery
     quota: JobQuota = JobQuota()
+    # kind name -> JobKind (None: not available here); the catalog's specs unless a caller gives its own
+    kinds: Callable[[str], JobKind | None] = catalog_kind
+
+    def _ended(self, conn: Connection, row: dict) -> dict:
+        """A job just reached a terminal state in `conn`'s transaction: run its kind's on_finish hook there."""
+        kind = self.kinds(row["kind"])
+        hook = kind.finish_hook() if kind is not None else None
+        if hook is not None:
+            hook(conn, row)
+        return row
 
     # ---- producers (services) ----
-    def submit(self, tenant_id: str, kind: str, params: dict[str, Any], idempotency_key: str = "",
+    def submit(self, tenant_id: str, kind: str, params: Mapping[str, Any] | Any, idempotency_key: str = "",
                in_transaction: Callable[[Connection, dict], None] | None = None,
                parent_job_id: str | None = None) -> dict:
         """Insert the job (QUEUED) and commit, then enqueue. The same idempotency key returns the same job.
+        `params`: a dict, or the kind's params model itself; validated by that model (InvalidArgument naming the
+        field) before anything is written.
         `in_transaction(conn, job_row)` runs inside the inserting transaction (only for a new job), so rows a
         service keeps about the request (e.g. an audit record) exist if and only if the job does.
         `parent_job_id`: a child job of that (running) job of the same tenant; refused with Cancelled once the
         parent's cancellation was requested (the parent's row is locked, as cancel() locks it, so no child
         starts after a cancel cascaded)."""
-        if kind not in JOB_KINDS:  # the kind is the service's choice, not the caller's input
+        spec = self.kinds(kind)
+        if spec is None:  # the kind is the service's choice, not the caller's input
             raise FailedPrecondition(f"job kind {kind} is not available in this deployment",
                                      reason="JOB_KIND_UNAVAILABLE")
         if len(idempotency_key) > 200 or not idempotency_key.isprintable():
             raise InvalidArgument("idempotency_key", "at most 200 printable characters")
-        queue = JOB_KINDS[kind].queue
+        # validated once, here, by the kind's model; the row keeps the JSON the job's typed params are read from
+        typed = typed_params(spec, params)
+        if not isinstance(params, Mapping):  # the typed object: the JSON of what was set in it
+            params = typed if isinstance(typed, dict) else typed.model_dump(mode="json", exclude_unset=True)
+        queue = spec.queue
         q = self.quota
         limited = bool(q.per_tenant or q.per_kind)
-        params = {"tenant": tenant_id, "kind": kind, "queue": queue, "params": Jsonb(params),
+        params = {"tenant": tenant_id, "kind": kind, "queue": queue, "params": Jsonb(dict(params)),
                   "key": idempotency_key or None, "parent": parent_job_id, "per_tenant": q.per_tenant,
                   "per_kind": q.per_kind}
         # the quota is a condition of the INSERT itself (it inserts nothing over the limit), not a statement more
@@ -279,8 +321,7 @@ class JobStore:
                 parents = [c["id"] for c in children]
         return row
 
-    @staticmethod
-    def _cancel_locked(conn: Connection, row: dict, why: str = "") -> dict:
+    def _cancel_locked(self, conn: Connection, row: dict, why: str = "") -> dict:
         job_id = row["id"]
         if row["state"] == "QUEUED":
             message = ("cancelled before start" if row["started_at"] is None else "cancelled while queued") + (
@@ -289,6 +330,7 @@ class JobStore:
                 "UPDATE jobs SET state = 'CANCELLED', cancel_requested = true, finished_at = now(), "
                 "message = %(message)s WHERE id = %(job)s RETURNING *", "'CANCELLED'", "j.message"),
                 {"message": message, "job": job_id}))
+            self._ended(conn, row)
         elif row["state"] == "RUNNING" and not row["cancel_requested"]:
             row = _row(conn.execute(with_event(
                 "UPDATE jobs SET cancel_requested = true WHERE id = %(job)s RETURNING *", "'RUNNING'", "%(message)s"),
@@ -413,25 +455,26 @@ class JobStore:
 
     def finish(self, job_id: str, owner: str, state: str, outputs: JobOutputs, *, progress: float,
                result: dict | None = None, reason: str | None = None, message: str = "") -> None:
-        """RUNNING -> a terminal state, in one transaction with the job's outputs: committed when it SUCCEEDED
-        (progress 1), else discarded."""
+        """RUNNING -> a terminal state, in one transaction with the job's outputs (committed when it SUCCEEDED,
+        progress 1, else discarded) and with its kind's on_finish hook."""
         if state not in TERMINAL:
             raise ValueError(f"finish needs a terminal state, not {state}")
         progress = 1.0 if state == "SUCCEEDED" else progress
         with self.owned(job_id, owner) as (conn, _):
-            # the outputs before the state changes: triggers on the state change (e.g. an unlearning outcome naming
-            # its new model version) read them committed
+            # the outputs before the state changes: the kind's on_finish hook (e.g. an unlearning outcome naming
+            # its new model version) reads them committed
             if state == "SUCCEEDED":
                 outputs.commit_job_outputs(conn, job_id)
             else:
                 outputs.discard_job_outputs(conn, job_id)
-            conn.execute(with_event(
+            row = _row(conn.execute(with_event(
                 "UPDATE jobs SET state = %(state)s, result = %(result)s, error_reason = %(reason)s, "
                 "error_message = %(error)s, progress = %(progress)s, message = %(message)s, finished_at = now(), "
                 "lease_owner = NULL, lease_expires_at = NULL WHERE id = %(job)s RETURNING *", "j.state", "j.message"),
                 {"state": state, "result": Jsonb(result) if result is not None else None, "reason": reason,
                  "error": message or None, "progress": progress, "message": message or state.lower(),
-                 "job": job_id})
+                 "job": job_id}))
+            self._ended(conn, row)
 
     def release(self, job_id: str, owner: str, progress: float, message: str, *, waiting: bool = False) -> None:
         """RUNNING -> QUEUED after a transient failure (the caller re-enqueues; the job resumes from its checkpoint).
@@ -450,6 +493,8 @@ class JobStore:
             row = _row(conn.execute(with_event(
                 "UPDATE jobs SET state = 'CANCELLED', finished_at = now() WHERE id = %(job)s AND state = 'QUEUED' "
                 "AND cancel_requested RETURNING *", "'CANCELLED'", "'cancelled before start'"), {"job": job_id}))
+            if row is not None:
+                self._ended(conn, row)
         return row is not None
 
     # ---- the lease reaper ----

@@ -1,7 +1,9 @@
-"""Typed job parameters: one pydantic model per job kind (services/<svc>/params.py), validated once with the same
-model by the servicer (from the request) and by the job (from ctx.params). `parse_params` turns pydantic's errors
-into one InvalidArgument whose field violations name the request's own field paths ("params.lr",
-"histories[2].items"), so a caller sees the field it sent, whichever layer noticed.
+"""Typed job parameters: one pydantic model per job kind (services/<svc>/params.py), named by the kind's JobKind
+(`params="module:Model"`). The job store validates a job's params with it at submit (JobStore.submit: a value the
+job would reject is refused there, never a failed job), and the worker hands the job the typed object (ctx.params;
+a job's own `parse_params(Model, ctx.params)` returns it as is). A servicer may validate first with the request's
+field paths. `parse_params` turns pydantic's errors into one InvalidArgument whose field violations name the
+request's own field paths ("params.lr", "histories[2].items"), so a caller sees the field it sent.
 
 Conventions for the models: `model_config = JobParams.model_config` (unknown keys are errors, numbers must be
 finite); field names equal the proto's field names; a field that a request carries under another path (a Struct
@@ -80,3 +82,11 @@ def parse_params(model: type[P], data: Mapping[str, Any] | BaseModel, *, prefix:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise InvalidArgument(violations=violations(exc, prefix=prefix, field_paths=field_paths)) from None
+
+
+def params_json(params: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    """A job's params (the typed object a job receives, or a dict) as the JSON object submit stored: e.g. to key
+    what a checkpoint is valid for."""
+    if isinstance(params, BaseModel):
+        return params.model_dump(mode="json", exclude_unset=True)
+    return dict(params)

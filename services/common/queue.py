@@ -4,19 +4,20 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
-from services.common.jobkinds import queues
 from services.common.settings import Settings
 
 RUN_JOB_TASK = "praxon.run_job"
 
 
 def make_celery(settings: Settings) -> Celery:
+    from services import catalog  # the queues of the hosted services' job kinds (common imports no service)
+
     app = Celery("praxon", broker=settings.broker_url.get_secret_value())
     app.conf.update(
         task_acks_late=True,  # a message is acked only after its job ran; the job table guards against reruns
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        task_queues=[Queue(q) for q in queues()],
+        task_queues=[Queue(q) for q in catalog.queues()],
         task_default_queue="default",
         task_serializer="json",
         accept_content=["json"],

@@ -21,10 +21,28 @@ def resolve(ref: str) -> Any:
 
 @dataclass(frozen=True)
 class JobKind:
-    """A kind of long job: the Celery queue that runs it and the function doing the work (called with a JobContext)."""
+    """A kind of long job, declared in its service's spec (services/catalog.py's list is where kinds are found).
+
+    queue      the Celery queue that runs it
+    target     "module:function" doing the work, called with a JobContext whose `params` is the typed object
+    params     "module:Model" (a services.common.params.JobParams): the job's parameters, validated once, by
+               JobStore.submit (a value the job would reject is an INVALID_ARGUMENT naming the field there, never a
+               failed job); None: a free-form dict (the tests' throwaway kinds)
+    on_finish  "module:function" called as on_finish(conn, job_row) by the job store inside the transaction of every
+               terminal transition of a job of this kind (SUCCEEDED, FAILED, CANCELLED: finish, cancel); if it
+               raises, the transition rolls back with it. What a service does when its jobs end lives here, in its
+               own code, not in a trigger on the shared jobs table."""
 
     queue: str
     target: str
+    params: str | None = None
+    on_finish: str | None = None
+
+    def params_model(self) -> type | None:
+        return None if self.params is None else resolve(self.params)
+
+    def finish_hook(self) -> Any:
+        return None if self.on_finish is None else resolve(self.on_finish)
 
 
 @dataclass(frozen=True)
@@ -41,7 +59,7 @@ class ServiceSpec:
 
     name        the service's name (`praxon serve NAME`, the chart's services.NAME, the settings section)
     servicers   "module:register": register(server, app) adds the gRPC servicers and returns their full names
-    job_kinds   job kind -> JobKind (kinds are named "<service>.<job>")
+    job_kinds   job kind -> JobKind (kinds are named "<service>.<job>"; queue, target, params model, on_finish hook)
     predictors  predictor name -> "module:build": build(settings, tenant_id, model_ref) -> kserve.Model
     cli         module exporting add_commands(subparsers, client_opts) (imports no torch at module level)
     demo        the service's `praxon demo` step, if any

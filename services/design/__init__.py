@@ -9,15 +9,24 @@ SPEC = ServiceSpec(
     servicers="services.design.api:register",
     job_kinds={
         # gameopt
-        "design.gameopt.suggest": JobKind("training", "services.design.gameopt.jobs:run_suggestion"),
+        # (a suggestion that succeeded records its oracle's scores as the campaign's observations)
+        "design.gameopt.suggest": JobKind("training", "services.design.gameopt.jobs:run_suggestion",
+                                          params="services.design.gameopt.params:SuggestParams",
+                                          on_finish="services.design.gameopt.hooks:suggestion_finished"),
         # crystals
-        "design.crystals.import": JobKind("default", "services.design.crystals.jobs:run_import"),
-        "design.crystals.train": JobKind("training", "services.design.crystals.jobs:run_training"),
-        "design.crystals.generate": JobKind("default", "services.design.crystals.jobs:run_generation"),
+        "design.crystals.import": JobKind("default", "services.design.crystals.jobs:run_import",
+                                          params="services.design.crystals.params:ImportParams"),
+        "design.crystals.train": JobKind("training", "services.design.crystals.jobs:run_training",
+                                         params="services.design.crystals.params:TrainParams"),
+        "design.crystals.generate": JobKind("default", "services.design.crystals.jobs:run_generation",
+                                            params="services.design.crystals.params:GenerateParams"),
         # flows
-        "design.flows.train": JobKind("training", "services.design.flows.jobs:run_train_flow"),
-        "design.flows.train_predictor": JobKind("training", "services.design.flows.jobs:run_train_predictor"),
-        "design.flows.sample": JobKind("default", "services.design.flows.jobs:run_sampling"),
+        "design.flows.train": JobKind("training", "services.design.flows.jobs:run_train_flow",
+                                      params="services.design.flows.params:TrainFlowParams"),
+        "design.flows.train_predictor": JobKind("training", "services.design.flows.jobs:run_train_predictor",
+                                                params="services.design.flows.params:TrainPredictorParams"),
+        "design.flows.sample": JobKind("default", "services.design.flows.jobs:run_sampling",
+                                       params="services.design.flows.params:SampleParams"),
     },
     cli="services.design.cli",
     demo=DemoStep("design: an oracle GameOpt campaign, crystals with the space group asked for, guided flow sampling",

@@ -11,8 +11,10 @@ SPEC = ServiceSpec(
     name="generation",
     servicers="services.generation.api:register",
     job_kinds={
-        "generation.import": JobKind("default", "services.generation.jobs:run_import"),
-        "generation.train": JobKind("training", "services.generation.jobs:run_training"),
+        "generation.import": JobKind("default", "services.generation.jobs:run_import",
+                                     params="services.generation.params:ImportParams"),
+        "generation.train": JobKind("training", "services.generation.jobs:run_training",
+                                    params="services.generation.params:TrainParams"),
     },
     predictors={"generation": "services.generation.predictor:build"},
     cli="services.generation.cli",

@@ -9,9 +9,15 @@ SPEC = ServiceSpec(
     name="unlearning",
     servicers="services.unlearning.api:register",
     job_kinds={
-        "unlearning.train": JobKind("training", "services.unlearning.jobs:run_training"),
-        "unlearning.unlearn": JobKind("unlearning", "services.unlearning.jobs:run_unlearning"),
-        "unlearning.audit": JobKind("audit", "services.unlearning.jobs:run_audit"),
+        "unlearning.train": JobKind("training", "services.unlearning.jobs:run_training",
+                                    params="services.unlearning.params:TrainParams"),
+        # each unlearn and audit job, once ended, writes its record's outcome / audit (written once, immutable)
+        "unlearning.unlearn": JobKind("unlearning", "services.unlearning.jobs:run_unlearning",
+                                      params="services.unlearning.params:UnlearnParams",
+                                      on_finish="services.unlearning.hooks:unlearning_finished"),
+        "unlearning.audit": JobKind("audit", "services.unlearning.jobs:run_audit",
+                                    params="services.unlearning.params:AuditParams",
+                                    on_finish="services.unlearning.hooks:audit_finished"),
     },
     cli="services.unlearning.cli",
     demo=DemoStep("unlearning: train a certified guard head, forget records, audit the certificate, show the lineage",

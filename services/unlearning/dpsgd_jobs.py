@@ -19,6 +19,7 @@ import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
+from services.common.params import params_json
 from services.unlearning import dpsgd
 from services.unlearning.params import AuditParams, DpSgdParams, TrainParams
 
@@ -28,7 +29,7 @@ MECHANISM = "DP-SGD (Opacus: per-sample clipping, Gaussian noise, Poisson sampli
 
 def _params_key(ctx: JobContext) -> str:
     """What a checkpoint is valid for: a state saved for other params is never resumed into this request."""
-    return hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(params_json(ctx.params), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _report(ctx: JobContext, name: str, report: dict) -> str:

@@ -40,7 +40,7 @@ import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
-from services.common.params import parse_params
+from services.common.params import params_json, parse_params
 from services.common.state import dumps_state, loads_state
 from services.unlearning import approximate, audit, certified, guard_heads, robust
 from services.unlearning.data import Dataset, decode_dataset, decode_forget_set, parse_forget_ids
@@ -146,7 +146,7 @@ def _forget_ids(ctx: JobContext, p: UnlearnParams) -> list[str]:
 def fingerprint(ctx: JobContext, job: str) -> str:
     """What a checkpoint is valid for (run_steps' fingerprint): this job and these params. A state saved for other
     params (or another job) is never resumed into this request."""
-    key = hashlib.sha256(json.dumps(ctx.params, sort_keys=True, default=str).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(params_json(ctx.params), sort_keys=True, default=str).encode()).hexdigest()
     return f"{job}:{key}"
 
 

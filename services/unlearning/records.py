@@ -4,7 +4,7 @@
   (JobStore.submit(in_transaction=...)): who asked (tenant, API token, request id), which model version, which
   dataset (from lineage) and records, the method and privacy parameters, the caller's reason.
 - The outcome (job state, certificate, costs, the new model version) and each audit of the new version are
-  inserted once, by a trigger, in the worker's finishing transaction (migrations/0003_unlearning.sql).
+  inserted once, by the job kinds' on_finish hooks (hooks.py), in the job's finishing transaction.
 - The three tables are insert-only: UPDATE/DELETE/TRUNCATE raise at the database.
 
 Requests are validated here, before any job exists, with the same checks the job repeats

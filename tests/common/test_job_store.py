@@ -143,7 +143,7 @@ def test_a_write_that_waited_for_the_row_lock_appends_the_next_event(store, tena
     got: list = []
     with store.pool.connection() as conn:
         locked = conn.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (jid,)).fetchone()
-        JobStore._cancel_locked(conn, locked)  # the cancel's event, not yet committed
+        store._cancel_locked(conn, locked)  # the cancel's event, not yet committed
         writer = threading.Thread(target=lambda: got.append(_outcome(store.progress, jid, "w", 0.5, "half")))
         writer.start()
         _wait_until_blocked_on_a_lock(store)

@@ -13,6 +13,7 @@ import pytest
 
 from praxon.design.v1 import design_pb2 as pb
 from praxon.design.v1 import design_pb2_grpc
+from services import catalog
 from services.common import db
 from services.design.gameopt.space import SequenceSpace
 from tests import harness
@@ -376,10 +377,11 @@ def _lock_waiters(settings) -> int:
 
 
 @pytest.mark.parametrize("lab_value", [0.5, 0.7])
-def test_observe_racing_the_oracle_trigger_records_one_row(env, lab_value):
-    """The oracle trigger of a finishing suggestion job inserts (sequence, replicate 0) in the worker's transaction
-    while Observe records the same pair: Observe waits, then reports a duplicate (same value) or an
-    OBSERVATION_CONFLICT naming the observation (another value), never an internal unique-key error; one row."""
+def test_observe_racing_the_oracle_hook_records_one_row(env, lab_value):
+    """The oracle hook of a finishing suggestion job (its kind's on_finish) inserts (sequence, replicate 0) in the
+    worker's finishing transaction while Observe records the same pair: Observe waits, then reports a duplicate
+    (same value) or an OBSERVATION_CONFLICT naming the observation (another value), never an internal unique-key
+    error; one row."""
     import threading
 
     from psycopg.types.json import Jsonb
@@ -400,7 +402,9 @@ def test_observe_racing_the_oracle_trigger_records_one_row(env, lab_value):
     waiting_before = _lock_waiters(env.settings)
     worker_tx = db.connect(env.settings)
     try:
-        worker_tx.execute("UPDATE jobs SET state = 'SUCCEEDED' WHERE id = %s", (job,))  # the trigger inserts
+        # the worker's finish: the terminal UPDATE, then the kind's on_finish hook in the same transaction (inserts)
+        ended = worker_tx.execute("UPDATE jobs SET state = 'SUCCEEDED' WHERE id = %s RETURNING *", (job,)).fetchone()
+        catalog.job_kind("design.gameopt.suggest").finish_hook()(worker_tx, ended)
         got: dict = {}
 
         def observe():

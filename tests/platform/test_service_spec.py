@@ -6,7 +6,6 @@ import pytest
 from google.protobuf import json_format, struct_pb2
 
 from services import catalog
-from services.common import jobkinds
 from tests import harness
 
 PLUGIN = "tests.plugin_service:SPEC"
@@ -14,22 +13,17 @@ PLUGIN = "tests.plugin_service:SPEC"
 
 @pytest.fixture
 def with_plugin(settings, monkeypatch):
-    # the plugin joins this test only: the catalog and the job kinds are restored afterwards
+    # the plugin joins this test only: the catalog (where job kinds are found too) is restored afterwards
     monkeypatch.setattr(catalog, "SPECS", list(catalog.SPECS))
-    kinds = dict(jobkinds.JOB_KINDS)
-    try:
-        with harness.private_platform(settings) as private:
-            private.extra_services = [*private.extra_services, PLUGIN]
-            catalog.load_extra(private)
-            yield private
-    finally:
-        jobkinds.JOB_KINDS.clear()
-        jobkinds.JOB_KINDS.update(kinds)
+    with harness.private_platform(settings) as private:
+        private.extra_services = [*private.extra_services, PLUGIN]
+        catalog.load_extra(private)
+        yield private
 
 
 def test_a_spec_is_served_and_its_job_runs(with_plugin, workers):
     settings = with_plugin
-    assert "echo" in catalog.names() and "echo.count" in jobkinds.JOB_KINDS
+    assert "echo" in catalog.names() and catalog.job_kind("echo.count") is not None
     _, token = harness.token_for(settings, "plugin-tenant")
     server = harness.PlatformServer(settings, ["platform", "echo"])
     try:

@@ -343,3 +343,39 @@ def test_cli_demo_step_and_commands(env, capsys, tmp_path):
     main(["unlearn", "report", record_id, *opts, "--out", str(tmp_path / "report.json")])
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["record_id"] == record_id and doc["outcome"]["certified"] is True
+
+
+def test_a_cancelled_unlearning_and_audit_job_write_their_outcome_and_audit_once(env, settings):
+    """The kinds' on_finish hooks (services/unlearning/hooks.py) on the cancel path, as the dropped trigger did: a
+    queued unlearn job cancelled writes its record's CANCELLED outcome, a queued audit of that record its CANCELLED
+    audit, each in the cancel's transaction and once. The jobs sit on a queue no worker reads."""
+    from psycopg.types.json import Jsonb
+
+    from services.common.jobs import JobStore
+    from services.common.queue import make_celery
+
+    with db.connect(settings) as conn:
+        unlearn = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state, params) VALUES "
+                               "(%s, 'unlearning.unlearn', 'nobody', 'QUEUED', '{}') RETURNING id",
+                               (env.tenant,)).fetchone()["id"]
+        record = conn.execute(
+            "INSERT INTO unlearning_records (tenant_id, job_id, source_model_version_id, source_model_name, "
+            "source_model_version, dataset_artifact_id, forget_record_ids, method, params) "
+            "VALUES (%s, %s, %s, %s, 1, %s, %s, 'certified_noisy_minimizer', '{}') RETURNING id",
+            (env.tenant, unlearn, env.v1, env.name, env.ds, env.ids[:2])).fetchone()["id"]
+        audit = conn.execute("INSERT INTO jobs (tenant_id, kind, queue, state, params) VALUES "
+                             "(%s, 'unlearning.audit', 'nobody', 'QUEUED', %s) RETURNING id",
+                             (env.tenant, Jsonb({"record_id": str(record)}))).fetchone()["id"]
+    pool = db.create_pool(settings, max_size=1)
+    try:
+        store = JobStore(pool, make_celery(settings))
+        for job_id in (unlearn, audit):
+            assert store.cancel(env.tenant, str(job_id))["state"] == "CANCELLED"
+            assert store.cancel(env.tenant, str(job_id))["state"] == "CANCELLED"  # a second cancel changes nothing
+    finally:
+        pool.close()
+    with db.connect(settings) as conn:
+        outcomes = conn.execute("SELECT * FROM unlearning_outcomes WHERE record_id = %s", (record,)).fetchall()
+        audits = conn.execute("SELECT * FROM unlearning_audits WHERE record_id = %s", (record,)).fetchall()
+    assert [(o["job_id"], o["state"], o["new_model_version_id"]) for o in outcomes] == [(unlearn, "CANCELLED", None)]
+    assert [(a["job_id"], a["state"]) for a in audits] == [(audit, "CANCELLED")]

@@ -11,6 +11,7 @@ from services.common.params import JobParams, ModelName
 
 MAX_CELL_ATOMS = 64  # data.MAX_CELL_ATOMS
 MAX_Z = 94
+MAX_LOSS_WEIGHT = 1e4  # per loss term (the paper's weights are 0.1..10)
 
 
 class ImportParams(JobParams):
@@ -46,10 +47,12 @@ class TrainParams(JobParams):
     hidden: int = Field(64, ge=8, le=512)
     layers: int = Field(3, ge=1, le=8)
     timesteps: int = Field(200, ge=10, le=2000)
-    cost_lattice: float = Field(5.0, ge=0)
-    cost_coord: float = Field(1.0, ge=0)
-    cost_type: float = Field(0.1, ge=0)
-    cost_symm: float = Field(10.0, ge=0)
+    # loss weights: bounded, so that a weighted loss stays finite (a weight of 1e308 made it infinite, and the job's
+    # metrics then failed in PostgreSQL's JSON: refused here instead, naming the field)
+    cost_lattice: float = Field(5.0, ge=0, le=MAX_LOSS_WEIGHT)
+    cost_coord: float = Field(1.0, ge=0, le=MAX_LOSS_WEIGHT)
+    cost_type: float = Field(0.1, ge=0, le=MAX_LOSS_WEIGHT)
+    cost_symm: float = Field(10.0, ge=0, le=MAX_LOSS_WEIGHT)
     seed: int = Field(0, ge=0, le=2 ** 31 - 1)
     checkpoint_every: int = Field(100, ge=1, le=100_000)
     device: Literal["cpu", "cuda"] = "cpu"

@@ -40,7 +40,7 @@ class SuggestParams(JobParams):
     group_size: int = Field(default=1, ge=1, le=4)
     kernel: Literal["onehot", "categorical"] = "onehot"
     trust_radius: int | None = Field(default=None, ge=1, le=512)  # optimizer.trust_region; None: off
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2 ** 63 - 1)  # numpy's generators take non-negative seeds only
     sequences: list[str] = Field(default_factory=list, max_length=MAX_SNAPSHOT)
     values: list[float] = Field(default_factory=list, max_length=MAX_SNAPSHOT)
 

@@ -249,8 +249,8 @@ class CampaignStore:
                     continue
                 existing[key] = v
                 # ON CONFLICT: the row may have been written since the read above (an oracle campaign's finishing
-                # trigger inserts its batch's scores). The campaign row lock already orders Observe against that
-                # trigger (its foreign-key check takes a key-share lock on the campaign row), so this is a second
+                # hook inserts its batch's scores). The campaign row lock already orders Observe against that
+                # hook (its foreign-key check takes a key-share lock on the campaign row), so this is a second
                 # guard: a concurrent writer makes this a duplicate or a conflict, never a unique-key error.
                 row = conn.execute(
                     "INSERT INTO design_observations (campaign_id, sequence, replicate, value, source_job_id, round) "
