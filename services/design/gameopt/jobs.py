@@ -2,7 +2,7 @@
 job's params (deterministically, so a resumed attempt refits the same model); step i plays game i (the first from
 the best observed sequence); the checkpoint holds every finished game's candidate equilibria; the result is the
 batch (top distinct feasible candidates by UCB). For oracle campaigns the batch is also scored by the oracle
-(`oracle_observations`), which the finishing trigger records as the campaign's observations."""
+(`oracle_observations`), which the kind's on_finish hook (hooks.py) records as the campaign's observations."""
 from __future__ import annotations
 
 from typing import Any
