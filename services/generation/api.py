@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +188,52 @@ def train_params(request: pb.StartLanguageModelTrainingJobRequest, default_name:
     return params
 
 
+class _Mailbox:
+    """Engine events on their way to one event loop. The engine thread appends (queue, event) pairs; the loop is
+    woken (one self-pipe write, one callback that hands every buffered event to its request's queue) when the engine
+    flushes after a batch of events (Engine.add_flusher: after its admissions and after each decode step), so a step
+    that makes B tokens costs the loop one wake-up instead of B. Each wake-up also hands the GIL to the loop thread
+    in the middle of the engine's step: once per token it was most of the engine thread's time through gRPC (py-spy
+    on `praxon serve`, benchmarks/generation/RESULTS.md). An engine without add_flusher is woken for at every event.
+    Each request's events keep their order (one producer, FIFO)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = weakref.ref(loop)  # weak: the mailbox is the value of a weak-keyed map on the loop
+        self.items: deque = deque()
+        self.lock = threading.Lock()
+        self.pending = False
+
+    def post(self, events: asyncio.Queue, e, wake: bool = True) -> None:
+        self.items.append((events, e))
+        if wake:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.items:
+            return
+        with self.lock:
+            if self.pending:
+                return
+            self.pending = True
+        loop = self.loop()
+        try:
+            if loop is not None:
+                loop.call_soon_threadsafe(self.drain)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    def drain(self) -> None:
+        with self.lock:
+            self.pending = False
+        while self.items:
+            events, e = self.items.popleft()
+            events.put_nowait(e)
+
+
+_MAILBOXES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox]" = weakref.WeakKeyDictionary()
+_DEADLINE = object()  # put in a request's queue when its deadline passes
+
+
 def submit(engine, ids, sampling, policy):
     """Submit one generation to an engine from the event loop: (request, asyncio.Queue of its events). Raises at
     once what the engine refuses (a full queue: QueueFull). The gRPC servicer and the OpenAI-compatible routes
@@ -193,33 +241,40 @@ def submit(engine, ids, sampling, policy):
     from services.generation.engine import Request
 
     loop = asyncio.get_running_loop()
+    box = _MAILBOXES.get(loop)
+    if box is None:
+        box = _MAILBOXES[loop] = _Mailbox(loop)
+    deferred = hasattr(engine, "add_flusher")
+    if deferred:
+        engine.add_flusher(box.flush)  # once per engine and loop
     events: asyncio.Queue = asyncio.Queue()
-    req = Request(ids, sampling, policy, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
+    req = Request(ids, sampling, policy, lambda e: box.post(events, e, wake=not deferred))
     engine.submit(req)
     return req, events
 
 
 async def engine_events(req, events: asyncio.Queue, timeout_s: float | None = None):
     """The events of a submitted request up to its Finished (whose error, if any, is raised); the request is
-    cancelled when the consumer stops early (a client gone, a deadline of timeout_s passed), which frees its cache."""
+    cancelled when the consumer stops early (a client gone, a deadline of timeout_s passed), which frees its cache.
+    The deadline is one timer for the whole request (it puts a marker in the queue), not a timed wait per token."""
     from services.generation.engine import Finished
 
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s if timeout_s is not None else None
+    timer = loop.call_later(max(timeout_s, 0.0), events.put_nowait, _DEADLINE) if timeout_s is not None else None
     try:
         while True:
-            timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
-            try:
-                e = await asyncio.wait_for(events.get(), timeout)
-            except (asyncio.TimeoutError, TimeoutError):
+            e = await events.get()
+            if e is _DEADLINE:
                 req.cancel()
-                raise asyncio.CancelledError() from None
+                raise asyncio.CancelledError()
             yield e
             if isinstance(e, Finished):
                 if e.error is not None:
                     raise e.error
                 return
     finally:
+        if timer is not None:
+            timer.cancel()
         req.cancel()  # no-op when finished; frees the sequence when the client left mid-generation
 
 

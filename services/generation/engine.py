@@ -312,6 +312,7 @@ class Sequence:
         self.first_token_at: float | None = None
         self.finish: str | None = None
         self.final_text: str | None = None
+        self.slot = -1                                   # its row of the engine's batch cache while it runs
 
     def cache_bytes(self) -> int:
         k, v = self.k, self.v
@@ -348,11 +349,28 @@ class Engine:
         self.backend = backend
         self.name = name
         self.waiting: deque[Request] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # running[i] holds row i of the batch cache (Sequence.slot == i)
+        # The batch cache: per layer keys/values [rows, Hkv, C_l, D] and positions [rows, Hkv, C_l] (-1: empty), and
+        # the lengths [rows, L, Hkv]. A running sequence's cache is its row (its k/v/positions/lengths are views of
+        # it), so a decode step appends every sequence's token with one indexed write per layer and attends over the
+        # rows [:B] in place, instead of copying every cache into a padded batch each step. Grown when a request
+        # needs more rows or a longer buffer than any running one (amortised doubling); dropped when nothing runs.
+        self._K: list[torch.Tensor] = []
+        self._V: list[torch.Tensor] = []
+        self._P: list[torch.Tensor] = []
+        self._N: torch.Tensor | None = None
         self._lock = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
         self.idle_exit_s = 30.0
+        self._flushers: list[Callable[[], None]] = []  # called after each phase of an iteration (add_flusher)
+        # The text of a sequence's tokens is decoded whole at every token (so it is exactly the tokenizer's text of
+        # them). decode() of a flat list of ints is to_py_obj (a Python scan of the whole list, more than half the
+        # cost at 128 tokens) followed by _decode: call _decode where the tokenizer has it.
+        inner = getattr(tokenizer, "_decode", None)
+        self._decode: Callable[[list[int]], str] = (
+            (lambda ids: inner(ids, skip_special_tokens=True)) if callable(inner) else
+            (lambda ids: tokenizer.decode(ids, skip_special_tokens=True)))
         # metrics
         self.steps = 0
         self.tokens_out = 0
@@ -378,6 +396,21 @@ class Engine:
             thread.join(30)
         with self._lock:
             self._thread = None
+
+    def add_flusher(self, fn: Callable[[], None]) -> None:
+        """Call fn() from the engine thread after each batch of events (the admissions of an iteration, its decode
+        step, a shutdown): a listener that buffers events (services.generation.api's mailbox to an event loop) hands
+        them over once per batch instead of once per token."""
+        with self._lock:
+            if fn not in self._flushers:
+                self._flushers.append(fn)
+
+    def _flush(self) -> None:
+        for fn in list(self._flushers):
+            try:
+                fn()
+            except Exception:
+                log.exception("engine %s: event flush failed", self.name)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of a prompt, with the BOS token first when the tokenizer is configured to add it (Gemma and
@@ -458,10 +491,12 @@ class Engine:
                 with torch.inference_mode():
                     for req in admit:
                         self._admit(req)
+                        self._flush()  # its first token goes out now, not after the other prefills
                     self._retire()
                     if self.running:
                         self._decode_step()
                         self._retire()
+                    self._flush()  # the step's tokens, and whatever left (a cancelled request's Finished)
             except Exception as exc:
                 log.exception("engine %s: step failed", self.name)
                 for s in list(self.running):
@@ -469,11 +504,15 @@ class Engine:
                     self._leave(s, exc)
                 with self._lock:
                     self.running = []
+                self._release()
+                self._flush()
         for req in pending:
             req.on_event(self._finished_empty(req, "cancelled", Unavailable("server shutting down")))
         for s in running:
             s.finish = "cancelled"
             self._leave(s, Unavailable("server shutting down"))
+        self._release()
+        self._flush()
 
     def _finished_empty(self, req: Request, reason: str, error: BaseException | None = None) -> Finished:
         return Finished(reason, "", [], len(req.prompt_ids), 0, 0, 0, 0.0, 0.0, True, error)
@@ -488,6 +527,7 @@ class Engine:
             log.exception("engine %s: prefill failed", self.name)
             req.on_event(self._finished_empty(req, "error", exc))
             return
+        self._install(seq)
         with self._lock:
             self.running.append(seq)
         self._emit(seq, logits[0])
@@ -550,54 +590,125 @@ class Engine:
         seq = Sequence(req, kbuf, vbuf, pbuf, lengths, m, kept, budgets, gen)
         return seq, out.logits[:, -1].float()
 
-    def _append(self, s: Sequence, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write the fed token's key and value [Hkv, D] into the sequence's layer cache: appended, or in a sliding
-        layer over the token that has just left the window (at most one leaves per step and head)."""
-        ln = s.lengths[layer]
-        heads = torch.arange(ln.numel())
-        slot, grown = ln, ln + 1
-        window = self.adapter.windows[layer]
-        if window is not None:
-            pb = s.positions[layer]
-            live = torch.arange(pb.shape[1])[None, :] < ln[:, None]
-            oldest, at = pb.masked_fill(~live, torch.iinfo(torch.int64).max).min(dim=1)
-            left = live.any(dim=1) & (oldest <= s.pos - window)
-            slot, grown = torch.where(left, at, ln), torch.where(left, ln, ln + 1)
-        s.k[layer][heads, slot] = k
-        s.v[layer][heads, slot] = v
-        s.positions[layer][heads, slot] = s.pos
-        s.lengths[layer] = grown
+    # -- the batch cache
+    def _bind(self, s: Sequence) -> None:
+        """Point a sequence's cache at its row (after it moved or the batch cache was reallocated)."""
+        r = s.slot
+        s.k = [t[r] for t in self._K]
+        s.v = [t[r] for t in self._V]
+        s.positions = [t[r] for t in self._P]
+        s.lengths = self._N[r]
+
+    def _install(self, s: Sequence) -> None:
+        """Copy a prefilled sequence's cache into the next free row (that of index len(running)), growing the batch
+        cache when it lacks a row or a layer's buffer is shorter than the sequence's."""
+        a, B = self.adapter, len(self.running)
+        caps = [t.shape[1] for t in s.k]
+        grow = not self._K or B >= self._N.shape[0] or any(c > t.shape[2] for c, t in zip(caps, self._K, strict=True))
+        if grow:
+            old = (self._K, self._V, self._P, self._N)
+            rows = max(B + 1, min(2 * (old[3].shape[0] if old[3] is not None else 0), self.max_running))
+            K, V, P = [], [], []
+            for l_ in range(a.L):
+                have = old[0][l_].shape[2] if old[0] else 0
+                limit = a.windows[l_] if a.windows[l_] is not None else self.max_context + 1
+                c = caps[l_] if caps[l_] > have else have
+                if caps[l_] > have:
+                    c = max(caps[l_], min(2 * have, limit))
+                k0, v0 = s.k[l_], s.v[l_]
+                K.append(k0.new_zeros((rows, k0.shape[0], c, k0.shape[-1])))
+                V.append(v0.new_zeros((rows, v0.shape[0], c, v0.shape[-1])))
+                P.append(torch.full((rows, k0.shape[0], c), -1, dtype=torch.int64))
+                if B:
+                    K[l_][:B, :, :have] = old[0][l_][:B]
+                    V[l_][:B, :, :have] = old[1][l_][:B]
+                    P[l_][:B, :, :have] = old[2][l_][:B]
+            N = torch.zeros((rows, a.L, s.lengths.shape[-1]), dtype=torch.int64)
+            if B:
+                N[:B] = old[3][:B]
+            self._K, self._V, self._P, self._N = K, V, P, N
+            for r in self.running:
+                self._bind(r)
+        s.slot = B
+        for l_ in range(a.L):
+            c = caps[l_]
+            self._K[l_][B, :, :c] = s.k[l_]
+            self._V[l_][B, :, :c] = s.v[l_]
+            self._P[l_][B, :, :c] = s.positions[l_]
+            self._P[l_][B, :, c:] = -1
+        self._N[B] = s.lengths
+        self._bind(s)
+
+    def _compact(self, keep: list[Sequence]) -> None:
+        """Move the kept sequences to rows 0..len(keep)-1, in order (a row only moves down, onto a row that left
+        or already moved)."""
+        for i, s in enumerate(keep):
+            if s.slot == i:
+                continue
+            j = s.slot
+            for l_ in range(self.adapter.L):
+                n = int(self._N[j, l_].max())
+                self._K[l_][i, :, :n] = self._K[l_][j, :, :n]
+                self._V[l_][i, :, :n] = self._V[l_][j, :, :n]
+                self._P[l_][i] = self._P[l_][j]
+            self._N[i] = self._N[j]
+            s.slot = i
+            self._bind(s)
+
+    def _release(self) -> None:
+        self._K, self._V, self._P, self._N = [], [], [], None
 
     def _decode_step(self) -> None:
+        """One token for every running sequence. Per layer: the new keys and values of all sequences are written
+        with one indexed write each: appended, or in a sliding layer over the token that has just left the window
+        (at most one leaves per step and head); then attention over the batch cache's rows [:B] up to the longest
+        length (positions past a head's length are ignored whatever they hold)."""
         a = self.adapter
         seqs = self.running
         B = len(seqs)
         ids = torch.tensor([s.generated[-1] for s in seqs], dtype=torch.long)
         pos = torch.tensor([s.pos for s in seqs], dtype=torch.long)
         h, extra = a.embed(ids, pos)
+        N = self._N[:B]
+        hkv = N.shape[-1]
+        rows, heads = torch.arange(B)[:, None], torch.arange(hkv)[None, :]
+        at_pos = pos[:, None].expand(B, hkv)
+        big = torch.iinfo(torch.int64).max
         for l_ in range(a.L):
             q, k, v = a.qkv(l_, h, extra)  # [B, H|Hkv, 1, D]
-            M = 0
-            for b, s in enumerate(seqs):
-                self._append(s, l_, k[b, :, 0], v[b, :, 0])
-                M = max(M, int(s.lengths[l_].max()))
-            hk = seqs[0].k[l_].shape[0]
-            K = k.new_zeros((B, hk, M, k.shape[-1]))
-            V = v.new_zeros((B, hk, M, v.shape[-1]))
-            lens = torch.empty((B, hk), dtype=torch.int64)
-            for b, s in enumerate(seqs):
-                n = int(s.lengths[l_].max())
-                K[b, :, :n] = s.k[l_][:, :n]
-                V[b, :, :n] = s.v[l_][:, :n]
-                lens[b] = s.lengths[l_]
-            o = decode_attention(q[:, :, 0].contiguous(), K, V, lens, a.scale_of(l_), backend=self.backend)
+            ln = N[:, l_]
+            slot, grown = ln, ln + 1
+            window = a.windows[l_]
+            if window is not None:
+                pb = self._P[l_][:B]
+                live = torch.arange(pb.shape[2])[None, None, :] < ln[:, :, None]
+                oldest, at = pb.masked_fill(~live, big).min(dim=2)
+                left = live.any(dim=2) & (oldest <= at_pos - window)
+                slot, grown = torch.where(left, at, ln), torch.where(left, ln, ln + 1)
+            self._K[l_][rows, heads, slot] = k[:, :, 0]
+            self._V[l_][rows, heads, slot] = v[:, :, 0]
+            self._P[l_][rows, heads, slot] = at_pos
+            N[:, l_] = grown
+            M = int(grown.max())
+            o = decode_attention(q[:, :, 0].contiguous(), self._K[l_][:B, :, :M], self._V[l_][:B, :, :M], grown,
+                                 a.scale_of(l_), backend=self.backend)
             h = a.finish_layer(l_, h, o.reshape(B, 1, -1))
         logits = a.logits(h)
         self.steps += 1
         self.batch_sizes.append(B)
-        for b, s in enumerate(seqs):
+        for s in seqs:
             s.pos += 1
-            self._emit(s, logits[b])
+        # sampled for the whole batch at once where it can be: the log-softmax, the greedy choices and the chosen
+        # tokens' logprobs are one op each instead of one per sequence
+        lp = torch.log_softmax(logits, dim=-1)
+        greedy = torch.argmax(logits, dim=-1).tolist()
+        toks = [greedy[b] if s.req.sampling.temperature <= 0 else None for b, s in enumerate(seqs)]
+        for b, s in enumerate(seqs):
+            if toks[b] is None and not s.req.cancelled.is_set():
+                toks[b] = self._choose(s, logits[b])
+        chosen = lp[torch.arange(B), torch.tensor([t if t is not None else 0 for t in toks])].tolist()
+        for b, s in enumerate(seqs):
+            self._emit(s, logits[b], toks[b], lp[b], chosen[b])
 
     def _choose(self, s: Sequence, logits: torch.Tensor) -> int:
         sp = s.req.sampling
@@ -616,13 +727,20 @@ class Engine:
         probs = torch.softmax(x, dim=-1)
         return int(torch.multinomial(probs, 1, generator=s.generator))
 
-    def _emit(self, s: Sequence, logits: torch.Tensor) -> None:
+    def _emit(self, s: Sequence, logits: torch.Tensor, tok: int | None = None, lp: torch.Tensor | None = None,
+              tok_lp: float | None = None) -> None:
+        """Choose (unless the decode step chose for the batch: tok, its log-softmax row lp and tok's logprob) and
+        deliver the next token of s."""
         sp = s.req.sampling
         if s.req.cancelled.is_set():
             s.finish = "cancelled"
             return
-        tok = self._choose(s, logits)
-        lp = torch.log_softmax(logits, dim=-1)
+        if tok is None:
+            tok = self._choose(s, logits)
+        if lp is None:
+            lp = torch.log_softmax(logits, dim=-1)
+        if tok_lp is None:
+            tok_lp = float(lp[tok])
         top = []
         if sp.logprobs > 0:
             vals, idx = torch.topk(lp, min(sp.logprobs, lp.numel()))
@@ -634,7 +752,7 @@ class Engine:
             self.ttft.append(now - s.req.submitted)
         self.tokens_out += 1
         is_eos = tok in self.eos_ids and not sp.ignore_eos
-        text = self.tokenizer.decode(s.generated, skip_special_tokens=True)
+        text = self._decode(s.generated)
         delta, stop_at = "", -1
         if sp.stop:
             start = max(0, s.emitted - max(len(x) for x in sp.stop))
@@ -660,7 +778,7 @@ class Engine:
             safe = max(safe, s.emitted)
             delta = text[s.emitted:safe]
         s.emitted += len(delta)
-        s.req.on_event(TokenEvent(tok, delta, float(lp[tok]), top))
+        s.req.on_event(TokenEvent(tok, delta, tok_lp, top))
 
     def _retire(self) -> None:
         keep = []
@@ -671,8 +789,12 @@ class Engine:
                 keep.append(s)
             else:
                 self._leave(s)
+        if len(keep) != len(self.running):
+            self._compact(keep)
         with self._lock:
             self.running = keep
+        if not keep:
+            self._release()  # nothing runs: the batch cache's memory goes back
 
     def _leave(self, s: Sequence, error: BaseException | None = None) -> None:
         a = self.adapter
