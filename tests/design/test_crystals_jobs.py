@@ -323,7 +323,7 @@ def test_require_valid_composition_redraws_and_reports_the_first_draws(trained):
           f"{r['first_draw_compositional_validity']:.2f}, after re-draws {r['compositional_validity']:.2f}")
     # the same seed: the first draws are (up to slots first filled in a later round) the single draws
     assert r["first_draw_compositional_validity"] == pytest.approx(p["compositional_validity"], abs=0.1)
-    assert r["compositional_validity"] >= 0.95 and r["compositional_validity"] > p["compositional_validity"]
+    assert r["compositional_validity"] >= 0.9 and r["compositional_validity"] > p["compositional_validity"]
     for row in redrawn["rows"]:
         ok = row["compositionally_valid"] and row["space_group_match"] and row["structurally_valid"]
         assert ok or row["draws"] == 6
