@@ -173,7 +173,7 @@ def add_commands(parts, client_opts) -> None:
     p.add_argument("--solver", choices=sorted(SOLVERS), default="hedge")
     p.add_argument("--batch-size", type=int, default=0)
     p.add_argument("--rounds", type=int, default=0)
-    p.add_argument("--games", type=int, default=0)
+    p.add_argument("--games", type=int, default=0, help="games per batch (0: 3, as the paper's code)")
     p.add_argument("--beta", type=float)
     p.add_argument("--kernel", choices=sorted(KERNELS), default="onehot")
     p.add_argument("--trust-radius", type=int, default=0,
