@@ -218,7 +218,8 @@ def test_hedge_play_is_an_eps_equilibrium_with_eps_shrinking_in_the_rounds(seed)
     """Exhaustive check on a 3-site, 20-letter UCB game (8000 joint plays, payoff table by brute force). For T rounds:
     the empirical distribution of Hedge's joint plays is an eps-coarse correlated equilibrium, eps = max over players
     and fixed letters of E[u(a, x_-p)] - E[u(x)], and the product of the players' final mixed strategies is an
-    eps-Nash equilibrium; both eps shrink as T grows."""
+    eps-Nash equilibrium; both eps shrink as T grows. scale=1: eta applies to the UCB itself (GameOpt's default
+    divides the payoff by 10, as the paper's code, which slows the same convergence tenfold)."""
     space = SequenceSpace("ACDEFGHIKLMNPQRSTVWY", 3)
     sur, _, _ = _surrogate(space, 25, seed=seed)
     allX = np.array(list(itertools.product(range(20), repeat=3)), dtype=np.int64)
