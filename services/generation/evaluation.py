@@ -5,6 +5,7 @@ are decoded through the (compressed) cache. Used by the benchmarks."""
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.generation import corpus
@@ -21,52 +22,42 @@ class PolicyScore:
     full_bytes: float      # mean KV bytes of the full cache
 
 
-def retrieval_accuracy(engine: Engine, policy: str, alpha: float, *, seed: int = 0, n: int = 40,
-                       n_records: int = 24, window: int = 4, max_new_tokens: int | None = None,
-                       value_words: int = 1) -> PolicyScore:
-    """All n prompts are submitted at once (continuous batching); greedy; right when the continuation starts with
-    the whole value. The first word comes from the prefill's logits, before any compression (engine.py): with
-    one-word values every policy answers alike, and only value_words > 1 asks the compressed cache for the rest."""
-    examples = corpus.retrieval_set(seed, n, n_records, value_words)
-    max_new_tokens = max_new_tokens or value_words + 1
+def _score(engine: Engine, prompts: list[str], policy: str, alpha: float, window: int, max_new_tokens: int,
+           right: Callable[[int, str], bool], timeout_s: float) -> PolicyScore:
+    """Submit every prompt at once (continuous batching), greedy; right(i, text) judges prompt i's continuation."""
     pol = CachePolicy(policy, alpha, window=window) if policy != "none" else CachePolicy()
     qs = []
-    for ex in examples:
+    for prompt in prompts:
         q: queue.Queue = queue.Queue()
-        engine.submit(Request(engine.encode(ex.prompt), SamplingParams(max_new_tokens=max_new_tokens,
-                                                                       ignore_eos=True), pol, q.put))
+        engine.submit(Request(engine.encode(prompt), SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True),
+                              pol, q.put))
         qs.append(q)
-    right, kept, full = 0, 0.0, 0.0
-    for ex, q in zip(examples, qs, strict=True):
-        while not isinstance(e := q.get(timeout=300), Finished):
+    hits, kept, full = 0, 0.0, 0.0
+    for i, q in enumerate(qs):
+        while not isinstance(e := q.get(timeout=timeout_s), Finished):
             pass
         if e.error is not None:
             raise e.error
-        right += " ".join(e.text.split()[:value_words]) == ex.answer
+        hits += right(i, e.text)
         kept += e.cache_bytes
         full += e.full_cache_bytes
-    return PolicyScore(policy, alpha, right / n, kept / n, full / n)
+    n = max(len(prompts), 1)
+    return PolicyScore(policy, alpha, hits / n, kept / n, full / n)
+
+
+def retrieval_accuracy(engine: Engine, policy: str, alpha: float, *, seed: int = 0, n: int = 40,
+                       n_records: int = 24, window: int = 4, max_new_tokens: int | None = None,
+                       value_words: int = 1) -> PolicyScore:
+    """The built-in lookup task; right when the continuation starts with the whole value. The first word comes from
+    the prefill's logits, before any compression (engine.py): with one-word values every policy answers alike, and
+    only value_words > 1 asks the compressed cache for the rest."""
+    examples = corpus.retrieval_set(seed, n, n_records, value_words)
+    return _score(engine, [ex.prompt for ex in examples], policy, alpha, window, max_new_tokens or value_words + 1,
+                  lambda i, text: " ".join(text.split()[:value_words]) == examples[i].answer, 300)
 
 
 def task_accuracy(engine: Engine, examples: list[corpus.Example], policy: str, alpha: float, *, window: int = 8,
                   max_new_tokens: int = 7) -> PolicyScore:
-    """All prompts submitted at once (continuous batching); greedy; right when the continuation, stripped, starts
-    with the answer."""
-    pol = CachePolicy(policy, alpha, window=window) if policy != "none" else CachePolicy()
-    qs = []
-    for ex in examples:
-        q: queue.Queue = queue.Queue()
-        engine.submit(Request(engine.encode(ex.prompt), SamplingParams(max_new_tokens=max_new_tokens,
-                                                                       ignore_eos=True), pol, q.put))
-        qs.append(q)
-    right, kept, full = 0, 0.0, 0.0
-    for ex, q in zip(examples, qs, strict=True):
-        while not isinstance(e := q.get(timeout=1800), Finished):
-            pass
-        if e.error is not None:
-            raise e.error
-        right += e.text.strip().startswith(ex.answer)
-        kept += e.cache_bytes
-        full += e.full_cache_bytes
-    n = max(len(examples), 1)
-    return PolicyScore(policy, alpha, right / n, kept / n, full / n)
+    """A pretrained model's long-context task; right when the continuation, stripped, starts with the answer."""
+    return _score(engine, [ex.prompt for ex in examples], policy, alpha, window, max_new_tokens,
+                  lambda i, text: text.strip().startswith(examples[i].answer), 1800)
