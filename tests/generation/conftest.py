@@ -3,6 +3,7 @@ Llama (grouped-query attention) and a random tiny GPT-2 (seeded); the OpenAI rou
 loopback port (the 429 / chat-template tests, and the upstream of the remote-backend tests)."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from types import SimpleNamespace
@@ -144,3 +145,42 @@ def write_llama_gguf(model, tokenizer, path, quantize: str | None = None) -> Non
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def generation_predictor(settings, tenant: str, model: str, log, ready_s: float = 120):
+    """`praxon predictor generation --tenant T --model M` as a subprocess on loopback (kserve's ModelServer), until
+    it answers ready; yields its HTTP port; terminated on exit."""
+    import os
+    import sys
+
+    import httpx
+
+    from services.common.embedded import spawn
+    from tests import harness
+
+    http, grpc_port = _free_port(), _free_port()
+    env = {**os.environ, **harness.settings_env(settings), "PYTHONPATH": str(harness.ROOT), "OMP_NUM_THREADS": "1"}
+    proc = spawn([sys.executable, "-m", "services.cli.main", "predictor", "generation", "--tenant", tenant,
+                  "--model", model, "--http-port", str(http), "--grpc-port", str(grpc_port)], log, env=env)
+
+    def ready():
+        if proc.poll() is not None:
+            raise AssertionError(log.read_text()[-3000:])
+        try:
+            return httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        harness.wait_for(ready, timeout=ready_s, interval=0.3, what="the generation predictor")
+        yield http
+    finally:
+        proc.terminate()
+        proc.wait(30)

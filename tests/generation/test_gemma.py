@@ -7,8 +7,6 @@ turn template, streaming). Marked `gemma`; CI installs the wheels (scripts/boots
 from __future__ import annotations
 
 import os
-import socket
-import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +22,7 @@ from praxon.generation.v1 import generation_pb2_grpc
 from services.generation import corpus, pretrained
 from services.generation.settings import GenerationConfig
 from tests import harness
+from tests.generation.conftest import generation_predictor
 from tests.harness import auth, job_row, wait_for
 
 pytestmark = [pytest.mark.gemma, pytest.mark.timeout(1800),  # the import moves ~1 GB of float32 weights
@@ -155,34 +154,10 @@ def test_the_demo_step_answers_from_context_and_reads_the_passkey(env, capsys):
     target.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_openai_client_against_the_predictor_serving_gemma(env, tmp_path):
-    import httpx
     import openai
 
-    from services.common.embedded import spawn
-
-    http, grpc_port = _free_port(), _free_port()
-    log = tmp_path / "predictor.log"
-    penv = {**os.environ, **harness.settings_env(env.settings), "PYTHONPATH": str(harness.ROOT)}
-    proc = spawn([sys.executable, "-m", "services.cli.main", "predictor", "generation", "--tenant", env.tenant,
-                  "--model", NAME, "--http-port", str(http), "--grpc-port", str(grpc_port)], log, env=penv)
-
-    def ready():
-        if proc.poll() is not None:
-            raise AssertionError(log.read_text()[-3000:])
-        try:
-            return httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(ready, timeout=300, interval=0.5, what="the generation predictor")
+    with generation_predictor(env.settings, env.tenant, NAME, tmp_path / "predictor.log", ready_s=300) as http:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key=env.token, max_retries=0,
                                timeout=240)
         c = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=NEW, temperature=0)
@@ -198,6 +173,3 @@ def test_the_openai_client_against_the_predictor_serving_gemma(env, tmp_path):
         # the prompt the predictor built is Gemma's turn format
         prompt = env.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         assert prompt.startswith("<start_of_turn>user\n") and prompt.endswith("<start_of_turn>model\n")
-    finally:
-        proc.terminate()
-        proc.wait(30)

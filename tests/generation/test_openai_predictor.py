@@ -8,9 +8,7 @@ the chat template path."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import sys
 import uuid
 from types import SimpleNamespace
 
@@ -20,15 +18,9 @@ import pytest
 from services.generation.engine import Engine, SamplingParams
 from services.generation.openai_api import CHAT_FALLBACK
 from tests import harness
-from tests.generation.conftest import OpenAIServer, openai_service, tiny_llama
+from tests.generation.conftest import OpenAIServer, generation_predictor, openai_service, tiny_llama
 
 PROMPT = "record : key kafo value 1 2 3 4 ; lookup : key"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _register(settings, tenant: str, name: str, model, tokenizer) -> None:
@@ -41,38 +33,20 @@ def _register(settings, tenant: str, name: str, model, tokenizer) -> None:
 
 @pytest.fixture(scope="module")
 def served(settings, tokenizer, tmp_path_factory):
-    from services.common.embedded import spawn
-
     tenant, token = harness.token_for(settings, f"oai-{uuid.uuid4().hex[:6]}")  # the OpenAI client's API key
     model = tiny_llama(tokenizer, seed=11)
     _register(settings, tenant, "lm", model, tokenizer)
-    http, grpc_port = _free_port(), _free_port()
     log = tmp_path_factory.mktemp("predictor") / "predictor.log"
-    env = {**os.environ, **harness.settings_env(settings), "PYTHONPATH": str(harness.ROOT), "OMP_NUM_THREADS": "1"}
-    proc = spawn([sys.executable, "-m", "services.cli.main", "predictor", "generation", "--tenant", tenant,
-                  "--model", "lm@production", "--http-port", str(http), "--grpc-port", str(grpc_port)], log, env=env)
-
-    def ready():
-        import httpx
-
-        if proc.poll() is not None:
-            raise AssertionError(log.read_text()[-3000:])
-        try:
-            return httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
     engine = Engine(model, tokenizer, name="local").start()  # the reference: the same engine code, in this process
     try:
-        harness.wait_for(ready, timeout=120, interval=0.3, what="the generation predictor")
-        yield SimpleNamespace(port=http, tokenizer=tokenizer, engine=engine, log=log,
-                              client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key=token,
-                                                   max_retries=0, timeout=60),
-                              kserve_client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/openai/v1",
-                                                          api_key=token, max_retries=0, timeout=60))
+        with generation_predictor(settings, tenant, "lm@production", log) as http:
+            yield SimpleNamespace(port=http, tokenizer=tokenizer, engine=engine, log=log,
+                                  client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key=token,
+                                                       max_retries=0, timeout=60),
+                                  kserve_client=openai.OpenAI(base_url=f"http://127.0.0.1:{http}/openai/v1",
+                                                              api_key=token, max_retries=0, timeout=60))
     finally:
         engine.stop()
-        proc.terminate()
-        proc.wait(20)
 
 
 def _local(served, text: str, **sampling):
