@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import queue
 import socket
 import sys
 import time
@@ -104,24 +103,6 @@ async def grpc_run(stub, md, name: str, prompts: list[str], new_tokens: int, str
     return n / dt, sum(r[1] for r in res) / len(res)
 
 
-def engine_run(engine, prompts: list[list[int]], new_tokens: int):
-    from services.generation.engine import Finished, Request, SamplingParams
-    from services.generation.kvpolicy import CachePolicy
-
-    t0 = time.monotonic()
-    qs = []
-    for ids in prompts:
-        q: queue.Queue = queue.Queue()
-        engine.submit(Request(ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True), CachePolicy(), q.put))
-        qs.append(q)
-    ttft, n = [], 0
-    for q in qs:
-        while not isinstance(e := q.get(timeout=600), Finished):
-            n += 1
-        ttft.append(e.time_to_first_token_s)
-    return n / (time.monotonic() - t0), sum(ttft) / len(ttft)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gemma", metavar="CACHE", help="serve Gemma 3 270M (its dequantised directory cached here)")
@@ -149,7 +130,7 @@ def main() -> None:
     from services.common.store import ArtifactStore
     from services.generation.engine import Engine
     from tests import harness
-    from throughput import hf_sequential, hf_static
+    from throughput import engine_run, hf_sequential, hf_static
 
     t_start = time.monotonic()
     model, tok, tensors, config = load(a.gemma)
