@@ -209,10 +209,15 @@ class WeedS3:
     def _check_s3_is_ours(self, own_log, wait_s: float = 10.0) -> None:
         """The S3 port answers this instance's identity (a program that took the port after check_ports, or a weed
         that failed to allocate it while another server answers there, would refuse it)."""
+        import urllib3
         from minio import Minio
         from minio.error import S3Error
 
-        client = Minio(self.endpoint, access_key=self.access_key, secret_key=self.secret_key, secure=False)
+        # short timeouts, no retries: another program on the port may accept and never answer (minio's own client
+        # would wait minutes), and weed's log is read between tries
+        http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=2.0, read=2.0), retries=False)
+        client = Minio(self.endpoint, access_key=self.access_key, secret_key=self.secret_key, secure=False,
+                       http_client=http)
         deadline = time.monotonic() + wait_s
         while True:
             if self.proc is not None and self.proc.poll() is not None:
