@@ -252,8 +252,8 @@ def builtin_corpus(seed: int = 0, n_retrieval: int = 2000, min_records: int = 2,
 # Passkey retrieval (a five-digit key hidden at a random depth in filler text, the test of Mohtashami & Jaggi 2023)
 # and multi-key lookup (several named five-digit codes in filler, one asked), in plain English for a model such as
 # Gemma; the built-in corpus's own tasks above are for the models trained here.
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Irene", "Jack", "Karen", "Leo",
+HAYSTACK_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+HAYSTACK_NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Irene", "Jack", "Karen", "Leo",
          "Maria", "Nina", "Oscar", "Paul")
 
 
@@ -271,7 +271,7 @@ def haystack_passkeys(seed: int, n: int, fillers: int) -> list[Example]:
     out = []
     for _ in range(n):
         key = str(rng.randint(10_000, 99_999))
-        parts = [FILLER] * fillers
+        parts = [HAYSTACK_FILLER] * fillers
         parts.insert(rng.randint(0, fillers), f"The pass key is {key}. Remember it. {key} is the pass key. ")
         out.append(Example("There is an important piece of information hidden inside a lot of irrelevant text. Find "
                            "it and memorize it.\n\n" + "".join(parts) + "\nWhat is the pass key? The pass key is",
@@ -284,9 +284,9 @@ def haystack_codes(seed: int, n: int, fillers: int, keys: int = 4) -> list[Examp
     rng = random.Random(30_000 + seed)
     out = []
     for _ in range(n):
-        names = rng.sample(NAMES, keys)
+        names = rng.sample(HAYSTACK_NAMES, keys)
         codes = {name: str(rng.randint(10_000, 99_999)) for name in names}
-        parts = [FILLER] * fillers
+        parts = [HAYSTACK_FILLER] * fillers
         for name in names:
             parts.insert(rng.randint(0, len(parts)), f"The secret code of {name} is {codes[name]}. ")
         ask = rng.choice(names)
