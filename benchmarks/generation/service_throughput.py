@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import sys
 import time
 import uuid
@@ -37,25 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "generation"))
 
 import torch  # noqa: E402
 
+from benchmarks.recommendation.serving import free_port, wait_port  # noqa: E402
 from services.generation import corpus  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc, log: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited:\n{log.read_text()[-3000:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"server not listening after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
 def load(gemma: str | None):
