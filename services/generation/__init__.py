@@ -4,7 +4,9 @@ KV-cache compression (VL-Cache, H2O, StreamingLLM).
 
 corpus.py (the built-in generated corpus), training.py (BPE tokenizer + small Llama from scratch), jobs.py (import,
 training), engine.py (continuous batching, sampling), kvpolicy.py (cache compression), api.py (the servicer),
-openai_api.py + predictor.py (the OpenAI-compatible kserve predictor), cli.py. Hugging Face directories <-> registry
+openai_api.py + predictor.py (the OpenAI-compatible kserve predictor), cli.py; documents.py (a tenant's document
+index: collections, chunks, MiniLM embeddings, pgvector HNSW or exact search; the generation.index job), rag.py
+(standard, Speculative and Sparse RAG), rag_api.py (the RetrievalService). Hugging Face directories <-> registry
 versions: services/common/hf.py."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
@@ -16,6 +18,8 @@ SPEC = ServiceSpec(
                                      params="services.generation.params:ImportParams"),
         "generation.train": JobKind("training", "services.generation.jobs:run_training",
                                     params="services.generation.params:TrainParams"),
+        "generation.index": JobKind("default", "services.generation.documents:run_index",
+                                    params="services.generation.params:IndexParams"),
     },
     predictors={"generation": "services.generation.predictor:build"},
     cli="services.generation.cli",

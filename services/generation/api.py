@@ -435,4 +435,5 @@ def register(server: grpc.aio.Server, app: AppContext) -> list[str]:
     servicer = GenerationServicer(app, service_settings(app.settings, "generation", GenerationConfig))
     app.extras["generation_servicer"] = servicer
     generation_pb2_grpc.add_GenerationServiceServicer_to_server(servicer, server)
-    return [pb.DESCRIPTOR.services_by_name["GenerationService"].full_name]
+    from services.generation import rag_api  # the RetrievalService (document index, RAG) shares the model cache
+    return [pb.DESCRIPTOR.services_by_name["GenerationService"].full_name, rag_api.register(server, app, servicer)]

@@ -93,3 +93,52 @@ class ImportParams(JobParams):
 
 
 Policy = Literal["none", "vl_cache", "h2o", "streaming_llm"]
+
+
+class IndexParams(JobParams):
+    """generation.index: chunk and embed the documents StartIndexingJob stored with this job."""
+
+    model_config = JobParams.model_config
+
+    collection_id: str
+    documents: int = Field(0, ge=0, le=1_000_000)
+    chunk_chars: int = Field(800, ge=50, le=20_000)
+    overlap_chars: int = Field(100, ge=0, le=5_000)
+
+    @field_validator("overlap_chars")
+    @classmethod
+    def _overlap(cls, v: int, info: ValidationInfo) -> int:
+        if v >= info.data.get("chunk_chars", 800) // 2:
+            raise ValueError("must be < chunk_chars / 2")
+        return v
+
+
+class SearchParams(JobParams):
+    """RetrievalService.Search."""
+
+    model_config = JobParams.model_config
+
+    query: str = Field(min_length=1, max_length=8_000)
+    k: int = Field(10, ge=1, le=100)
+
+
+class AnswerParams(JobParams):
+    """RetrievalService.AnswerWithRetrieval."""
+
+    model_config = JobParams.model_config
+
+    question: str = Field(min_length=1, max_length=4_000)
+    method: Literal["standard", "speculative", "sparse"] = "standard"
+    k: int = Field(10, ge=1, le=50)
+    drafts: int = Field(5, ge=1, le=16)
+    clusters: int = Field(2, ge=1, le=10)
+    relevance_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    max_new_tokens: int = Field(32, ge=1, le=256)
+    seed: int = Field(0, ge=0, le=2 ** 62)
+
+    @field_validator("question")
+    @classmethod
+    def _blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
