@@ -1,10 +1,12 @@
 """Moderation: the guard model (BingoGuard-style topics + severity), tenant decisions, SafeWatch-style custom
-policies, streaming checks, conformal calibration and HarmAug distillation.
+policies, streaming checks, conformal calibration, HarmAug distillation, and LLMCert-B bias certificates of the
+generation service's language models.
 
 api.py (the servicer: proto <-> domain), engine.py (ModerationEngine: the one serving path of the servicer, the kserve
 predictor (predictor.py) and the benchmarks), guard.py / distill.py (the teacher guard and the distilled student, both
-served by alias), decision.py / policies.py / stream.py / conformal.py (domain code; no grpc), params.py (typed job
-parameters), jobs/ (one file per job kind), cli.py (`praxon moderate ...`)."""
+served by alias), decision.py / policies.py / stream.py / conformal.py / bias_cert.py (domain code; no grpc),
+bias_store.py (the immutable bias certificates), params.py (typed job parameters), jobs/ (one file per job kind),
+cli.py (`praxon moderate ...`)."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
 SPEC = ServiceSpec(
@@ -20,6 +22,10 @@ SPEC = ServiceSpec(
                                         params="services.moderation.params:CalibrationParams"),
         "moderation.distill": JobKind("distillation", "services.moderation.jobs.distill:run_distillation",
                                       params="services.moderation.params:DistillParams"),
+        # waits on the generation service's gRPC API most of the time: the light calibration queue
+        "moderation.certify_bias": JobKind("calibration", "services.moderation.jobs.certify_bias:run_bias_certification",
+                                           params="services.moderation.params:BiasCertParams",
+                                           on_finish="services.moderation.bias_store:certificate_finished"),
     },
     predictors={"moderation": "services.moderation.predictor:build"},
     cli="services.moderation.cli",

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from praxon.common.v1 import common_pb2
 from praxon.moderation.v1 import moderation_pb2 as pb
 from praxon.moderation.v1 import moderation_pb2_grpc
 from services.common import convert
@@ -20,6 +21,7 @@ from services.common.server import AppContext, current_tenant
 from services.common.serving import ref_key
 from services.common.spec import service_settings
 from services.moderation import params as mp
+from services.moderation.bias_store import BiasCertificates
 from services.moderation.decision import DEFAULT_LEVEL, Item, ModerationResult, Thresholds
 from services.moderation.engine import Annotation, ModerationEngine, check_text
 from services.moderation.policy_store import ModerationStore, StoredPolicy, check_policy_id
@@ -40,6 +42,14 @@ METRICS = {pb.FAIRNESS_METRIC_NONE: "none", pb.FAIRNESS_METRIC_EQUAL_OPPORTUNITY
            pb.FAIRNESS_METRIC_DEMOGRAPHIC_PARITY: "demographic_parity",
            pb.FAIRNESS_METRIC_OVERALL_ACC_EQUALITY: "overall_acc_equality"}
 RULE_KINDS = {"blocked": pb.RULE_KIND_BLOCKED, "allowed": pb.RULE_KIND_ALLOWED}
+PREFIX_DISTRIBUTIONS = {pb.PREFIX_DISTRIBUTION_UNSPECIFIED: "random_tokens", pb.PREFIX_DISTRIBUTION_NONE: "none",
+                        pb.PREFIX_DISTRIBUTION_RANDOM_TOKENS: "random_tokens",
+                        pb.PREFIX_DISTRIBUTION_JAILBREAK_MIXTURE: "jailbreak_mixture",
+                        pb.PREFIX_DISTRIBUTION_SOFT_JAILBREAK: "soft_jailbreak"}
+PREFIX_ENUMS = {v: k for k, v in PREFIX_DISTRIBUTIONS.items() if k != pb.PREFIX_DISTRIBUTION_UNSPECIFIED}
+BIAS_DETECTORS = {pb.BIAS_DETECTOR_UNSPECIFIED: "agreement", pb.BIAS_DETECTOR_AGREEMENT: "agreement",
+                  pb.BIAS_DETECTOR_GUARD: "guard"}
+DETECTOR_ENUMS = {"agreement": pb.BIAS_DETECTOR_AGREEMENT, "guard": pb.BIAS_DETECTOR_GUARD}
 MAX_POLICIES_PER_REQUEST = 32
 MAX_DISPLAY_NAME = 200
 
@@ -162,6 +172,22 @@ def policy_from_source(policy_id: str, source: pb.PolicySource, field: str = "so
     raise InvalidArgument(field, "a policy needs chunks or the text form")
 
 
+def certificate_message(c) -> pb.BiasCertificate:
+    """A bias_store.Certificate as its proto message."""
+    return pb.BiasCertificate(
+        id=c.id, job_id=c.job_id,
+        generator_model=common_pb2.ModelRef(name=c.generator_name, version=c.generator_version),
+        generator_model_version_id=c.generator_model_version_id,
+        prefix_distribution=PREFIX_ENUMS.get(c.prefix_distribution, pb.PREFIX_DISTRIBUTION_UNSPECIFIED),
+        detector=DETECTOR_ENUMS.get(c.detector, pb.BIAS_DETECTOR_UNSPECIFIED),
+        detector_model_version_id=c.detector_model_version_id, groups=list(c.groups), confidence=c.confidence,
+        samples=c.samples, unbiased=c.unbiased, lower=c.lower, upper=c.upper,
+        prompts=[pb.PromptBound(prompt=str(x.get("prompt", "")), samples=int(x.get("samples", 0)),
+                                unbiased=int(x.get("unbiased", 0)), lower=float(x.get("lower", 0.0)),
+                                upper=float(x.get("upper", 1.0))) for x in c.prompts],
+        spec_sha256=c.spec_sha256, params=convert.struct(c.params), create_time=convert.ts(c.created_at))
+
+
 # ---------------------------------------------------------------------------------------------- servicer
 class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
     def __init__(self, app: AppContext, config: ServingConfig | None = None):
@@ -170,6 +196,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         self.store = ModerationStore(app.pool, thresholds_ttl_s=self.config.thresholds_ttl_s)
         self.engine = ModerationEngine(app.registry, self.store, self.config)
         self.guards, self.batcher = self.engine.guards, self.engine.batcher  # tests and admin tooling
+        self.certificates = BiasCertificates(app.pool)
 
     async def close(self) -> None:
         """Stop the batcher and background model refreshes (the serve loop's shutdown cancels them too)."""
@@ -426,6 +453,54 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             return parse_params(mp.DistillParams, raw, field_paths=paths)
         params = await asyncio.to_thread(resolve)
         return pb.StartDistillationJobResponse(job=await self._submit(tenant, "moderation.distill", params, request))
+
+    async def StartBiasCertificationJob(self, request, context):
+        tenant = current_tenant()
+        own = {"generator_name", "generator_version", "generator_model_version_id", "prompts", "groups",
+               "prefix_distribution", "detector", "detector_model_version_id", "confidence", "samples", "seed"}
+        extra = self._extra(request, own)
+        raw: dict[str, Any] = {**extra, "prompts": list(request.prompts), "groups": list(request.groups),
+                               "prefix_distribution": convert.enum_of(PREFIX_DISTRIBUTIONS, request.prefix_distribution,
+                                                                      "prefix_distribution"),
+                               "detector": convert.enum_of(BIAS_DETECTORS, request.detector, "detector"),
+                               **self._optional(request, ("confidence", "samples", "seed"))}
+        paths = {k: f"extra_params.{k}" for k in extra} | {"generator_name": "generator_model.name",
+                                                           "generator_version": "generator_model.version",
+                                                           "detector_model_version_id": "detector_model"}
+        gen = request.generator_model
+        if not gen.name:
+            raise InvalidArgument("generator_model.name", "required: the language model to certify")
+
+        def resolve():
+            from services.common.hf import REGISTRY_KIND
+
+            row = self.app.registry.resolve(tenant, gen.name, gen.version, gen.alias, field="generator_model")
+            if row["kind"] != REGISTRY_KIND:
+                raise InvalidArgument("generator_model", f"{gen.name} is a {row['kind']} model, not a language model "
+                                      "of the generation service")
+            raw.update(generator_name=row["name"], generator_version=int(row["version"]),
+                       generator_model_version_id=str(row["id"]))
+            if raw["detector"] == "guard":
+                guard = self.guards.resolve(ref_key(tenant, request.detector_model, self.config.default_guard),
+                                            "detector_model")
+                raw["detector_model_version_id"] = str(guard["id"])
+            elif request.HasField("detector_model"):
+                raise InvalidArgument("detector_model", "only the guard detector takes a model")
+            return parse_params(mp.BiasCertParams, raw, field_paths=paths)
+        params = await asyncio.to_thread(resolve)
+        return pb.StartBiasCertificationJobResponse(job=await self._submit(tenant, "moderation.certify_bias", params,
+                                                                           request))
+
+    async def GetBiasCertificate(self, request, context):
+        cert = await asyncio.to_thread(self.certificates.get, current_tenant(), request.certificate_id)
+        return pb.GetBiasCertificateResponse(certificate=certificate_message(cert))
+
+    async def ListBiasCertificates(self, request, context):
+        size = page_size(request.page_size)
+        rows, token = await asyncio.to_thread(self.certificates.list, current_tenant(), size, request.page_token,
+                                              request.generator_model_version_id)
+        return pb.ListBiasCertificatesResponse(certificates=[certificate_message(c) for c in rows],
+                                               next_page_token=token)
 
 
 def register(server: grpc.aio.Server, app: AppContext) -> list[str]:

@@ -46,6 +46,20 @@ class FairnessMetric(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAIRNESS_METRIC_PREDICTIVE_EQUALITY: _ClassVar[FairnessMetric]
     FAIRNESS_METRIC_DEMOGRAPHIC_PARITY: _ClassVar[FairnessMetric]
     FAIRNESS_METRIC_OVERALL_ACC_EQUALITY: _ClassVar[FairnessMetric]
+
+class PrefixDistribution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREFIX_DISTRIBUTION_UNSPECIFIED: _ClassVar[PrefixDistribution]
+    PREFIX_DISTRIBUTION_NONE: _ClassVar[PrefixDistribution]
+    PREFIX_DISTRIBUTION_RANDOM_TOKENS: _ClassVar[PrefixDistribution]
+    PREFIX_DISTRIBUTION_JAILBREAK_MIXTURE: _ClassVar[PrefixDistribution]
+    PREFIX_DISTRIBUTION_SOFT_JAILBREAK: _ClassVar[PrefixDistribution]
+
+class BiasDetector(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BIAS_DETECTOR_UNSPECIFIED: _ClassVar[BiasDetector]
+    BIAS_DETECTOR_AGREEMENT: _ClassVar[BiasDetector]
+    BIAS_DETECTOR_GUARD: _ClassVar[BiasDetector]
 DATASET_FORMAT_UNSPECIFIED: DatasetFormat
 DATASET_FORMAT_PRAXON: DatasetFormat
 DATASET_FORMAT_BINGOGUARD: DatasetFormat
@@ -66,6 +80,14 @@ FAIRNESS_METRIC_DISPARATE_IMPACT: FairnessMetric
 FAIRNESS_METRIC_PREDICTIVE_EQUALITY: FairnessMetric
 FAIRNESS_METRIC_DEMOGRAPHIC_PARITY: FairnessMetric
 FAIRNESS_METRIC_OVERALL_ACC_EQUALITY: FairnessMetric
+PREFIX_DISTRIBUTION_UNSPECIFIED: PrefixDistribution
+PREFIX_DISTRIBUTION_NONE: PrefixDistribution
+PREFIX_DISTRIBUTION_RANDOM_TOKENS: PrefixDistribution
+PREFIX_DISTRIBUTION_JAILBREAK_MIXTURE: PrefixDistribution
+PREFIX_DISTRIBUTION_SOFT_JAILBREAK: PrefixDistribution
+BIAS_DETECTOR_UNSPECIFIED: BiasDetector
+BIAS_DETECTOR_AGREEMENT: BiasDetector
+BIAS_DETECTOR_GUARD: BiasDetector
 
 class TextSpan(_message.Message):
     __slots__ = ("start", "end")
@@ -572,3 +594,117 @@ class DeletePolicyRequest(_message.Message):
 class DeletePolicyResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class StartBiasCertificationJobRequest(_message.Message):
+    __slots__ = ("generator_model", "prompts", "groups", "prefix_distribution", "detector", "detector_model", "confidence", "samples", "seed", "extra_params", "idempotency_key")
+    GENERATOR_MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    DETECTOR_FIELD_NUMBER: _ClassVar[int]
+    DETECTOR_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    generator_model: _common_pb2.ModelRef
+    prompts: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    prefix_distribution: PrefixDistribution
+    detector: BiasDetector
+    detector_model: _common_pb2.ModelRef
+    confidence: float
+    samples: int
+    seed: int
+    extra_params: _struct_pb2.Struct
+    idempotency_key: str
+    def __init__(self, generator_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompts: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ..., prefix_distribution: _Optional[_Union[PrefixDistribution, str]] = ..., detector: _Optional[_Union[BiasDetector, str]] = ..., detector_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., confidence: _Optional[float] = ..., samples: _Optional[int] = ..., seed: _Optional[int] = ..., extra_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartBiasCertificationJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class PromptBound(_message.Message):
+    __slots__ = ("prompt", "samples", "unbiased", "lower", "upper")
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    UNBIASED_FIELD_NUMBER: _ClassVar[int]
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    samples: int
+    unbiased: int
+    lower: float
+    upper: float
+    def __init__(self, prompt: _Optional[str] = ..., samples: _Optional[int] = ..., unbiased: _Optional[int] = ..., lower: _Optional[float] = ..., upper: _Optional[float] = ...) -> None: ...
+
+class BiasCertificate(_message.Message):
+    __slots__ = ("id", "job_id", "generator_model", "generator_model_version_id", "prefix_distribution", "detector", "detector_model_version_id", "groups", "confidence", "samples", "unbiased", "lower", "upper", "prompts", "spec_sha256", "params", "create_time")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_MODEL_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    DETECTOR_FIELD_NUMBER: _ClassVar[int]
+    DETECTOR_MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    UNBIASED_FIELD_NUMBER: _ClassVar[int]
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    generator_model: _common_pb2.ModelRef
+    generator_model_version_id: str
+    prefix_distribution: PrefixDistribution
+    detector: BiasDetector
+    detector_model_version_id: str
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    confidence: float
+    samples: int
+    unbiased: int
+    lower: float
+    upper: float
+    prompts: _containers.RepeatedCompositeFieldContainer[PromptBound]
+    spec_sha256: str
+    params: _struct_pb2.Struct
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., generator_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., generator_model_version_id: _Optional[str] = ..., prefix_distribution: _Optional[_Union[PrefixDistribution, str]] = ..., detector: _Optional[_Union[BiasDetector, str]] = ..., detector_model_version_id: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ..., confidence: _Optional[float] = ..., samples: _Optional[int] = ..., unbiased: _Optional[int] = ..., lower: _Optional[float] = ..., upper: _Optional[float] = ..., prompts: _Optional[_Iterable[_Union[PromptBound, _Mapping]]] = ..., spec_sha256: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetBiasCertificateRequest(_message.Message):
+    __slots__ = ("certificate_id",)
+    CERTIFICATE_ID_FIELD_NUMBER: _ClassVar[int]
+    certificate_id: str
+    def __init__(self, certificate_id: _Optional[str] = ...) -> None: ...
+
+class GetBiasCertificateResponse(_message.Message):
+    __slots__ = ("certificate",)
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    certificate: BiasCertificate
+    def __init__(self, certificate: _Optional[_Union[BiasCertificate, _Mapping]] = ...) -> None: ...
+
+class ListBiasCertificatesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "generator_model_version_id")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    generator_model_version_id: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., generator_model_version_id: _Optional[str] = ...) -> None: ...
+
+class ListBiasCertificatesResponse(_message.Message):
+    __slots__ = ("certificates", "next_page_token")
+    CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    certificates: _containers.RepeatedCompositeFieldContainer[BiasCertificate]
+    next_page_token: str
+    def __init__(self, certificates: _Optional[_Iterable[_Union[BiasCertificate, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -107,6 +107,21 @@ class ModerationServiceStub:
                 request_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.DeletePolicyRequest.SerializeToString,
                 response_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.DeletePolicyResponse.FromString,
                 _registered_method=True)
+        self.StartBiasCertificationJob = channel.unary_unary(
+                '/praxon.moderation.v1.ModerationService/StartBiasCertificationJob',
+                request_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.StartBiasCertificationJobRequest.SerializeToString,
+                response_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.StartBiasCertificationJobResponse.FromString,
+                _registered_method=True)
+        self.GetBiasCertificate = channel.unary_unary(
+                '/praxon.moderation.v1.ModerationService/GetBiasCertificate',
+                request_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.GetBiasCertificateRequest.SerializeToString,
+                response_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.GetBiasCertificateResponse.FromString,
+                _registered_method=True)
+        self.ListBiasCertificates = channel.unary_unary(
+                '/praxon.moderation.v1.ModerationService/ListBiasCertificates',
+                request_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.ListBiasCertificatesRequest.SerializeToString,
+                response_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.ListBiasCertificatesResponse.FromString,
+                _registered_method=True)
 
 
 class ModerationServiceServicer:
@@ -214,6 +229,28 @@ class ModerationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartBiasCertificationJob(self, request, context):
+        """Starts a job that certifies a language model's counterfactual bias (LLMCert-B): Clopper-Pearson bounds on the
+        probability that a counterfactual prompt set, drawn with a prefix from a distribution, gets unbiased answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBiasCertificate(self, request, context):
+        """One bias certificate (immutable) of the caller's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBiasCertificates(self, request, context):
+        """The caller's bias certificates, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModerationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -286,6 +323,21 @@ def add_ModerationServiceServicer_to_server(servicer, server):
                     servicer.DeletePolicy,
                     request_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.DeletePolicyRequest.FromString,
                     response_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.DeletePolicyResponse.SerializeToString,
+            ),
+            'StartBiasCertificationJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartBiasCertificationJob,
+                    request_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.StartBiasCertificationJobRequest.FromString,
+                    response_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.StartBiasCertificationJobResponse.SerializeToString,
+            ),
+            'GetBiasCertificate': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBiasCertificate,
+                    request_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.GetBiasCertificateRequest.FromString,
+                    response_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.GetBiasCertificateResponse.SerializeToString,
+            ),
+            'ListBiasCertificates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBiasCertificates,
+                    request_deserializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.ListBiasCertificatesRequest.FromString,
+                    response_serializer=praxon_dot_moderation_dot_v1_dot_moderation__pb2.ListBiasCertificatesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -669,6 +721,87 @@ class ModerationService:
             '/praxon.moderation.v1.ModerationService/DeletePolicy',
             praxon_dot_moderation_dot_v1_dot_moderation__pb2.DeletePolicyRequest.SerializeToString,
             praxon_dot_moderation_dot_v1_dot_moderation__pb2.DeletePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartBiasCertificationJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.moderation.v1.ModerationService/StartBiasCertificationJob',
+            praxon_dot_moderation_dot_v1_dot_moderation__pb2.StartBiasCertificationJobRequest.SerializeToString,
+            praxon_dot_moderation_dot_v1_dot_moderation__pb2.StartBiasCertificationJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBiasCertificate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.moderation.v1.ModerationService/GetBiasCertificate',
+            praxon_dot_moderation_dot_v1_dot_moderation__pb2.GetBiasCertificateRequest.SerializeToString,
+            praxon_dot_moderation_dot_v1_dot_moderation__pb2.GetBiasCertificateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBiasCertificates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.moderation.v1.ModerationService/ListBiasCertificates',
+            praxon_dot_moderation_dot_v1_dot_moderation__pb2.ListBiasCertificatesRequest.SerializeToString,
+            praxon_dot_moderation_dot_v1_dot_moderation__pb2.ListBiasCertificatesResponse.FromString,
             options,
             channel_credentials,
             insecure,
