@@ -159,12 +159,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         p = parse_params(AnswerParams, raw, field_paths={f: f for f in AnswerParams.model_fields})
         if not request.collection:
             raise InvalidArgument("collection", "name a collection")
+        col = await asyncio.to_thread(self.store.collection, tenant, request.collection)
         engine = await self._engine(request.model, "model")
         verifier = await self._engine(request.verifier, "verifier") if p.method == "speculative" and (
             request.HasField("verifier")) else engine
 
         def work():
-            col = self.store.collection(tenant, request.collection)
             vec = embedder().embed([request.question])[0]
             # chunks best first, at most one passage per document (its best chunk), the top k documents
             hits, _ = self.store.search(tenant, str(col["id"]), vec, min(4 * p.k, 200))
