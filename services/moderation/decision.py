@@ -292,7 +292,7 @@ Score = Callable[[Sequence[str], Sequence[str], Sequence[str | None], bool], Map
 def model_scorer(model: Any) -> Score:
     """The scoring function of a served model: a GuardModel (teacher: MiniLM embeddings of the unique texts and
     contexts, one forward each, padded batches when batched) or a StudentGuard (bag of n-grams)."""
-    if getattr(model, "kind", "") == "guard.student":
+    if getattr(model, "kind", "") == "guard.student" or getattr(model, "reads_pairs", False):  # student, Gemma
         def score_student(texts, roles, contexts, batched):
             if batched:
                 return model.predict_proba_batched(texts, roles, contexts)

@@ -10,7 +10,7 @@ from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validat
 from services.common.params import JobParams, ModelName
 
 FORMATS = ("praxon", "bingoguard", "wildguardmix")
-GUARD_KINDS = ("frozen_linear", "finetune")
+GUARD_KINDS = ("frozen_linear", "finetune", "gemma_frozen")
 Format = Literal["praxon", "bingoguard", "wildguardmix"]
 ArtifactId = Field(default=None, min_length=1, max_length=200)
 
@@ -27,7 +27,7 @@ class GuardTrainParams(JobParams):
     dataset_artifact_id: str | None = ArtifactId   # None: the packaged seed set
     format: Format = "praxon"
     model_name: ModelName = "guard"
-    kind: Literal["frozen_linear", "finetune"] = "frozen_linear"
+    kind: Literal["frozen_linear", "finetune", "gemma_frozen"] = "frozen_linear"
     # 1e-4: on the seed validation split, recall 0.765 at a 4.7% benign false-block rate (1e-3: lower recall)
     l2: float = Field(1e-4, gt=0, le=10)
     max_iter: StrictInt = Field(50, ge=1, le=500)       # Newton iterations (frozen_linear, and finetune's warm start)
@@ -44,6 +44,20 @@ class GuardTrainParams(JobParams):
     # Decision defaults recorded with the model: the unsafe threshold is the lowest one whose benign false-block
     # rate on the validation split is <= this (see decision.choose_defaults).
     target_false_block_rate: float = Field(0.05, gt=0, lt=0.5)
+    # gemma_frozen only (gemma_guard.py): the registered causal LM read frozen (the generation service's import of
+    # Gemma 3 270M), the decoder layer (1-based) whose hidden states the heads read, pooled over the rendered
+    # (request, reply) tokens ("mean") or at the last token; the token budget of a rendered pair (its end is kept).
+    backbone_model_version_id: str | None = Field(default=None, min_length=1, max_length=200, validate_default=True)
+    layer: StrictInt = Field(12, ge=1, le=256)
+    pool: Literal["mean", "last"] = "mean"
+    max_tokens: StrictInt = Field(256, ge=8, le=4096)
+
+    @field_validator("backbone_model_version_id")
+    @classmethod
+    def _backbone_for_gemma(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None and info.data.get("kind") == "gemma_frozen":
+            raise ValueError("required for kind gemma_frozen (the registered language model to read)")
+        return v
 
 
 class PolicyScorerTrainParams(JobParams):

@@ -74,7 +74,7 @@ class Batcher(serving.Batcher[Item, ModerationResult]):
 
 # ---------------------------------------------------------------------------------------------- builders
 # (tensors, config, version row) -> Loaded: the builders of this service's ModelCaches (blocking).
-MODEL_KINDS = ("frozen_linear", "finetune", "guard.student")
+MODEL_KINDS = ("frozen_linear", "finetune", "gemma_frozen", "guard.student")
 
 
 def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
@@ -86,6 +86,11 @@ def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
 
         student = StudentGuard.from_registry(tensors, config)
         return loaded(student, student.version, config, row)
+    if config.get("kind") == "gemma_frozen":  # the heads over a frozen LM reading the pair (gemma_guard.py)
+        from services.moderation.gemma_guard import GemmaGuard
+
+        gg = GemmaGuard.from_registry(tensors, config)
+        return loaded(gg, gg.version, config, row)
     from services.moderation.guard import GuardModel
 
     if config.get("kind") not in ("frozen_linear", "finetune"):

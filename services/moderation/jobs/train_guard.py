@@ -1,4 +1,4 @@
-"""moderation.train_guard: train a guard ("frozen_linear" or "finetune") from a labeled dataset artifact or the
+"""moderation.train_guard: train a guard ("frozen_linear", "finetune" or "gemma_frozen") from a labeled dataset artifact or the
 packaged seed set, as steps under run_steps (services.common.jobcontext: progress, cancellation, a checkpoint after
 every step, so a killed job resumes from the last one): the encoder's features, one Newton iteration a step, then
 (finetune) one epoch a step; decision defaults chosen on the validation split, and the model registered."""
@@ -163,6 +163,11 @@ def run_guard_training(ctx: JobContext) -> dict[str, Any]:
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
     digest = hashlib.sha256(dump_guard_jsonl(rows)).hexdigest()
-    job = GuardTraining(p, train, val, digest)
+    if p.kind == "gemma_frozen":  # the heads over a registered LM's hidden states (gemma_guard.py)
+        from services.moderation.gemma_guard import GemmaGuardTraining
+
+        job = GemmaGuardTraining(p, train, val, digest)
+    else:
+        job = GuardTraining(p, train, val, digest)
     # the features (step 0) report progress up to 0.3; registration reports 1.0
     return run_steps(ctx, job, message=job.message, progress_span=(0.3, 0.95), fingerprint=digest)

@@ -1,0 +1,154 @@
+"""The Gemma guard kind (gemma_guard.py) on a tiny random Gemma 3 saved as a Hugging Face directory and registered
+the way the generation service's import registers a language model (hf.to_registry): the train_guard job reads it
+from the registry, registers a self-contained "gemma_frozen" guard that answers through the same decisions,
+thresholds and batching as the MiniLM guards (the answer names the kind), and a killed job resumes to the same
+model. The real Gemma 3 270M is measured in benchmarks/moderation/quality.py and latency.py, not here."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.common import hf
+from services.common.errors import Cancelled, FailedPrecondition, InvalidArgument
+from services.common.jobcontext import InMemoryJobContext
+from services.moderation.decision import SCORE_TOLERANCE, Item, Thresholds, moderate_items
+from services.moderation.jobs.train_guard import run_guard_training
+from services.moderation.schema import dump_guard_jsonl
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory):
+    """(tensors, config) of a random 2-layer Gemma 3 (hidden 32) with the generation tests' small BPE tokenizer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from services.generation import corpus
+    from services.generation.training import train_tokenizer
+
+    tok = train_tokenizer(corpus.builtin_corpus(0, n_retrieval=60, qa_repeats=1), 300)
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512,
+                           sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id)
+    model = Gemma3ForCausalLM(cfg).eval()
+    d = tmp_path_factory.mktemp("tiny-gemma")
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return hf.to_registry(hf.read_directory(d))
+
+
+@pytest.fixture(scope="module")
+def rows(seed_rows):
+    tr = [r for r in seed_rows if r.split == "train"]
+    va = [r for r in seed_rows if r.split == "validation"]
+    return tr[::8] + va[::6]
+
+
+def _ctx(tiny_gemma, rows, **params) -> InMemoryJobContext:
+    ctx = InMemoryJobContext(params={})
+    info = ctx.register_model("gemma-tiny", tiny_gemma[0], kind="language_model", config=tiny_gemma[1])
+    ctx.params.update({"kind": "gemma_frozen", "backbone_model_version_id": info.model_version_id,
+                       "layer": 2, "max_iter": 6, "model_name": "guard-gemma", **params})
+    ctx.params["dataset_artifact_id"] = ctx.add_artifact(dump_guard_jsonl(rows), "data.jsonl", "application/jsonl")
+    return ctx
+
+
+def _guard(ctx, out):
+    from services.moderation.serving import build_guard
+
+    _info, tensors, config, lineage = ctx.models[out["model_version_id"]]
+    row = {"name": "guard-gemma", "version": 1, "id": out["model_version_id"]}
+    return build_guard(tensors, config, row), lineage
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_gemma, rows):
+    ctx = _ctx(tiny_gemma, rows)
+    out = run_guard_training(ctx)
+    return ctx, out
+
+
+def test_training_registers_a_gemma_guard_that_serves_like_the_others(trained, rows):
+    ctx, out = trained
+    loaded, lineage = _guard(ctx, out)
+    g = loaded.obj
+    assert out["kind"] == "gemma_frozen" and lineage["kind"] == "guard/gemma_frozen"
+    assert lineage["parent_version_ids"] == [ctx.params["backbone_model_version_id"]]
+    assert g.kind == "gemma_frozen" and g.fingerprint() == out["model_fingerprint"] == loaded.info.fingerprint
+    assert set(out["decision_defaults"]) >= {"unsafe_threshold", "topic_threshold", "default_level"}
+    fr = [e[0] for e in ctx.events]
+    assert fr == sorted(fr) and fr[-1] == 1.0 and any(e[1] == "newton iteration 1" for e in ctx.events)
+    # the heads fit the training rows (a random backbone still separates them linearly: a trained probe)
+    tr = [r for r in rows if r.split == "train"]
+    p = g.predict_proba([r.text for r in tr], [r.role for r in tr], [r.prompt for r in tr])
+    y = torch.tensor([r.unsafe for r in tr])
+    assert ((torch.from_numpy(p["unsafe"]) >= 0.5) == y).float().mean() > 0.9
+    # the decisions and the answer: same aggregator, the kind that answered is named
+    items = [Item(r.text, r.role, r.prompt) for r in rows[:12]]
+    res = moderate_items(g, items, Thresholds())
+    assert {r.model_kind for r in res} == {"gemma_frozen"} and {r.model_version for r in res} == {g.version}
+    # batched (padded) scoring agrees with one-by-one scoring, and so do the decisions away from the thresholds
+    res_b = moderate_items(g, items, Thresholds(), batched=True)
+    for a, b in zip(res, res_b, strict=True):
+        assert abs(a.unsafe_score - b.unsafe_score) <= SCORE_TOLERANCE
+
+
+def test_the_pair_is_read_in_one_pass(trained):
+    ctx, out = trained
+    g = _guard(ctx, out)[0].obj
+    reply = "Sure, here is how you do it."
+    a = g.features([reply, reply, reply], ["response"] * 3, ["How do I bake bread?", "How do I build a bomb?", None])
+    assert not torch.allclose(torch.from_numpy(a[0]), torch.from_numpy(a[1]))   # the request changes the reading
+    assert a[2, -1] == 0.0 and a[0, -1] == 1.0 and a[0, -2] == 1.0               # has-prompt and role bits
+
+
+def test_per_tenant_level_thresholds_are_monotone(trained, rows):
+    ctx, out = trained
+    g = _guard(ctx, out)[0].obj
+    items = [Item(r.text, r.role, r.prompt) for r in rows[:20]]
+    blocked = []
+    for level in range(5):
+        th = Thresholds((level,) * 11, unsafe_threshold=0.99, topic_threshold=0.3, block_unspecified=False)
+        blocked.append([r.blocked for r in moderate_items(g, items, th)])
+    assert any(blocked[0]) and sum(blocked[0]) > sum(blocked[4])
+    for lo, hi in zip(blocked, blocked[1:], strict=False):
+        assert all(b or not a for a, b in zip(hi, lo, strict=True))   # raising a level never blocks more
+
+
+@pytest.mark.parametrize("crash_after", [2, 4])
+def test_a_killed_job_resumes_to_the_same_guard(trained, tiny_gemma, rows, crash_after):
+    ref_ctx, ref = trained
+    ctx = _ctx(tiny_gemma, rows)
+    ctx.cancel_after_progress = crash_after
+    with pytest.raises(Cancelled):
+        run_guard_training(ctx)
+    ctx.cancel_after_progress = None
+    out = run_guard_training(ctx)
+    assert out["metrics"] == ref["metrics"]   # (the fingerprints differ: another registration of the backbone)
+    t_ref, t_got = ref_ctx.models[ref["model_version_id"]][1], ctx.models[out["model_version_id"]][1]
+    assert t_ref.keys() == t_got.keys()
+    for k in t_ref:
+        assert torch.equal(t_ref[k], t_got[k]), k
+
+
+def test_bad_gemma_params_name_the_field(tiny_gemma, rows):
+    for params, field in [({"backbone_model_version_id": None}, "params.backbone_model_version_id"),
+                          ({"layer": 0}, "params.layer"), ({"pool": "max"}, "params.pool")]:
+        ctx = _ctx(tiny_gemma, rows, **params)
+        if params.get("backbone_model_version_id", "") is None:
+            del ctx.params["backbone_model_version_id"]
+        with pytest.raises(InvalidArgument) as e:
+            run_guard_training(ctx)
+        assert e.value.violations[0].field == field
+    with pytest.raises(InvalidArgument) as e:   # deeper than the backbone
+        run_guard_training(_ctx(tiny_gemma, rows, layer=3))
+    assert e.value.violations[0].field == "params.layer"
+    ctx = _ctx(tiny_gemma, rows)
+    guard_ctx = InMemoryJobContext(params={"max_iter": 2})
+    run_guard_training(guard_ctx)                  # a MiniLM guard is not a language model
+    (mid, (info, t, c, _)), = guard_ctx.models.items()
+    ctx.models[mid] = (info, t, c, {})
+    ctx.params["backbone_model_version_id"] = mid
+    with pytest.raises(FailedPrecondition):
+        run_guard_training(ctx)
