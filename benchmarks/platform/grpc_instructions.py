@@ -69,11 +69,12 @@ async def serve(kind: str, database_url: str, port_file: str) -> None:
         await server.start()
     else:
         import services.common.server as praxon_server
+        from services.common.server import dispatcher
         from services import catalog
         from services.cli.serve import registrars
 
         if kind == "praxon-all-registered":  # grpc's default registration, as before generic_methods_only
-            praxon_server.generic_methods_only = lambda server: server
+            dispatcher.generic_methods_only = lambda server: server
         settings = harness.make_settings(database_url, "127.0.0.1:1", f"{harness.REDIS_URL}/0", "unused")
         app = praxon_server.build_app_context(settings)
         hosted = [echo_registrar] + (registrars(catalog.names()) if kind.startswith("praxon-all") else [])
