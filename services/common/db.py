@@ -7,6 +7,7 @@ import secrets
 import time
 import weakref
 from importlib import resources
+from typing import Iterable
 
 import psycopg
 from psycopg.rows import dict_row
@@ -72,10 +73,30 @@ def ensure_database(settings: Settings) -> None:
             log.info("created database %s", name)
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    files = sorted(p for p in resources.files("services.common").joinpath("migrations").iterdir()
-                   if p.name.endswith(".sql"))
-    return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
+def migrations(packages: Iterable[str] = ()) -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) of every migration in version order: common's own (the platform's tables: tenants,
+    tokens, jobs, artifacts, models) and those of each package in `packages` (a service's migrations/ folder, named
+    by its spec). Versions are unique across all of them: the number orders one shared history."""
+    found: dict[int, tuple[str, str, str]] = {}
+    for package in ("services.common", *packages):
+        folder = resources.files(package).joinpath("migrations")
+        for p in (folder.iterdir() if folder.is_dir() else ()):
+            if not p.name.endswith(".sql"):
+                continue
+            version = int(p.name.split("_", 1)[0])
+            if version in found:
+                raise ValueError(f"migration version {version} is used twice: {found[version][0]}/"
+                                 f"{found[version][1]} and {package}/{p.name}")
+            found[version] = (package, p.name, p.read_text())
+    return [(v, name, sql) for v, (_, name, sql) in sorted(found.items())]
+
+
+def service_migration_packages(settings: Settings) -> list[str]:
+    """The packages whose migrations the hosted services declare (services/catalog.py, plugins included)."""
+    from services import catalog
+
+    catalog.load_extra(settings)
+    return [s.migrations for s in catalog.SPECS if s.migrations]
 
 
 def migrate(settings: Settings) -> list[str]:
@@ -88,7 +109,7 @@ def migrate(settings: Settings) -> list[str]:
                          "version integer PRIMARY KEY, name text NOT NULL, "
                          "applied_at timestamptz NOT NULL DEFAULT now())")
             done = {r["version"] for r in conn.execute("SELECT version FROM schema_migrations")}
-            for version, name, sql in migrations():
+            for version, name, sql in migrations(service_migration_packages(settings)):
                 if version in done:
                     continue
                 with conn.transaction():

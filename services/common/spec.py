@@ -63,7 +63,9 @@ class ServiceSpec:
     predictors  predictor name -> "module:build": build(settings, tenant_id, model_ref) -> kserve.Model
     cli         module exporting add_commands(subparsers, client_opts) (imports no torch at module level)
     demo        the service's `praxon demo` step, if any
-    settings    "module:Model": a pydantic model read from PRAXON_<NAME>__<FIELD> as `settings.<name>`"""
+    settings    "module:Model": a pydantic model read from PRAXON_<NAME>__<FIELD> as `settings.<name>`
+    migrations  "package": the service's tables are the NNNN_name.sql files in that package's migrations/ folder,
+                applied by `praxon migrate` in version order together with common's and every other service's"""
 
     name: str
     servicers: str | None = None
@@ -72,6 +74,7 @@ class ServiceSpec:
     cli: str | None = None
     demo: DemoStep | None = None
     settings: str | None = None
+    migrations: str | None = None
 
     def __post_init__(self) -> None:
         for kind in self.job_kinds:

@@ -31,6 +31,7 @@ SPEC = ServiceSpec(
     cli="services.design.cli",
     demo=DemoStep("design: an oracle GameOpt campaign, crystals with the space group asked for, guided flow sampling",
                   "services.design.cli:demo"),
+    migrations="services.design",
 )
 
 # The parts, in demo order; each is a subpackage services.design.<part> with api.register, cli.add_commands and

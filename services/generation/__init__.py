@@ -27,4 +27,5 @@ SPEC = ServiceSpec(
                   "an answer from a context, passkey retrieval with the full KV cache and with 10% of it (VL-Cache)",
                   "services.generation.cli:demo"),
     settings="services.generation.settings:GenerationConfig",
+    migrations="services.generation",
 )

@@ -32,4 +32,5 @@ SPEC = ServiceSpec(
     demo=DemoStep("moderation: train the guard on the seed set, promote it, moderate texts with per-topic severities",
                   "services.moderation.cli:demo"),
     settings="services.moderation.settings:ServingConfig",
+    migrations="services.moderation",
 )

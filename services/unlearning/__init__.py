@@ -22,4 +22,5 @@ SPEC = ServiceSpec(
     cli="services.unlearning.cli",
     demo=DemoStep("unlearning: train a certified guard head, forget records, audit the certificate, show the lineage",
                   "services.unlearning.cli:demo"),
+    migrations="services.unlearning",
 )

@@ -43,17 +43,6 @@ CREATE TABLE design_observations (
 );
 CREATE INDEX design_observations_by_time ON design_observations (campaign_id, observed_at, sequence);
 
-CREATE FUNCTION design_suggestion_finished() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO design_observations (campaign_id, sequence, replicate, value, source_job_id, round)
-    SELECT s.campaign_id, o->>'sequence', 0, (o->>'value')::double precision, NEW.id, s.round
-      FROM design_suggestion_jobs s, jsonb_array_elements(NEW.result->'oracle_observations') o
-     WHERE s.job_id = NEW.id AND jsonb_typeof(o->'value') = 'number' AND jsonb_typeof(o->'sequence') = 'string'
-    ON CONFLICT DO NOTHING;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER jobs_design_suggestion_finished AFTER UPDATE OF state ON jobs FOR EACH ROW
-    WHEN (NEW.kind = 'design.gameopt.suggest' AND NEW.state = 'SUCCEEDED' AND OLD.state IS DISTINCT FROM NEW.state
-          AND NEW.result IS NOT NULL AND jsonb_typeof(NEW.result->'oracle_observations') = 'array')
-    EXECUTE FUNCTION design_suggestion_finished();
+-- A suggestion job's oracle observations are recorded by its kind's on_finish hook,
+-- services/design/gameopt/hooks.py. (Databases migrated before issue 38 had a trigger on the jobs table here; 0070
+-- drops it, so both histories end with the same schema.)
