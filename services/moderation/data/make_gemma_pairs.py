@@ -227,6 +227,10 @@ def opener(reply: str) -> str | None:
     return s if 2 <= len(s.split()) <= 12 else None
 
 
+def _h(s: str) -> int:
+    return int(hashlib.sha256(s.encode()).hexdigest()[:8], 16)
+
+
 def assemble(requests: list[dict], replies: list[dict]) -> list[dict]:
     by_id = {r["id"]: r for r in requests}
     rows: list[dict] = []
@@ -254,17 +258,37 @@ def assemble(requests: list[dict], replies: list[dict]) -> list[dict]:
                 openers.append((r, o))
         else:
             row(r, rep["reply"], "response", False, "refuse", r["text"])
-    # shared openers: after its own request, and after a request of the other label, same topic and split
+    # shared openers: after its own request, and after a request of the other label (same topic and split); and
+    # every request without a reply of its own gets one opener of its split's pool, so that each opener occurs
+    # after harmful and after benign requests
     pool: dict[tuple[str, str, bool], list[dict]] = {}
     for r in requests:
         pool.setdefault((r["split"], r["topic"], r["unsafe"]), []).append(r)
+    by_split: dict[str, list[str]] = {}
     for r, o in openers:
         row(r, o, "response", r["unsafe"], "shared_opener", r["text"])
         others = pool.get((r["split"], r["topic"], not r["unsafe"]), [])
         if others:
-            h = int(hashlib.sha256((r["id"] + o).encode()).hexdigest()[:8], 16)
-            other = others[h % len(others)]
+            other = others[_h(r["id"] + o) % len(others)]
             row(other, o, "response", other["unsafe"], "shared_opener", other["text"])
+        if o not in by_split.setdefault(r["split"], []):
+            by_split[r["split"]].append(o)
+    have = {r["id"] for r, _ in openers}
+    for r in requests:
+        ops = by_split.get(r["split"], [])
+        if r["id"] not in have and ops:
+            row(r, ops[_h(r["id"]) % len(ops)], "response", r["unsafe"], "shared_opener", r["text"])
+    # a refusal for every request without one of its own, from the refusals Gemma wrote in the same split
+    refusals: dict[str, list[str]] = {}
+    refused = set()
+    for rep in replies:
+        if rep["kind"] == "refuse" and rep["request_id"] in by_id and len(rep["reply"].split()) >= 2:
+            refused.add(rep["request_id"])
+            refusals.setdefault(by_id[rep["request_id"]]["split"], []).append(rep["reply"])
+    for r in requests:
+        ref = sorted(set(refusals.get(r["split"], [])))
+        if r["id"] not in refused and ref:
+            row(r, ref[_h(r["id"] + "refuse") % len(ref)], "response", False, "refuse_pool", r["text"])
     seen: set[tuple] = set()
     out = []
     for d in rows:
