@@ -144,7 +144,13 @@ def main() -> None:
 
     t0 = time.time()
     enc = get_base_encoder()
-    phi = example_features(None, rows)
+    fcache = Path(a.cache) / ("minilm-guard-phi-" + hashlib.sha256(repr(
+        [(r.text, r.role, r.prompt) for r in rows]).encode()).hexdigest()[:16] + ".npy")
+    if fcache.exists():
+        phi = np.load(fcache)
+    else:
+        phi = example_features(None, rows)
+        np.save(fcache, phi)
     heads = fit_frozen_linear(phi[idx["train"]], y_tr, 1e-4, max_iter=a.max_iter, tol=1e-6)
     minilm = GuardModel("frozen_linear", heads, base_config("frozen_linear", enc, 1e-4), enc)
     pv, pt = minilm.predict_from_features(phi[idx["validation"]]), minilm.predict_from_features(phi[idx["test"]])
@@ -187,6 +193,7 @@ def main() -> None:
         results.append(res)
         g.config["decision_defaults"] = choose_defaults(pv, sub["validation"])
         guards[(lay, pool)] = g
+        g._phi_all = ph
         print(f"gemma heads {lay} {pool}: {time.time() - t0:.0f} s", flush=True)
     print("\n## held-out test rows, each guard at the defaults it chose on validation")
     print_table(results)
@@ -198,21 +205,53 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     g = guards[best]
+    student = distil(g, best, rows, idx, sub, results, Path(a.cache))
+    print("\n## held-out test rows with the student")
+    print_table(results)
+    if a.no_latency:
+        return
     g.backbone = GemmaBackbone(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
                                AutoTokenizer.from_pretrained(model_dir), layer=best[0])
-    latency(minilm, g, [r for r in sub["test"] if r.role == "response" and r.prompt][:a.latency_texts])
+    latency(minilm, g, student, [r for r in sub["test"] if r.role == "response" and r.prompt][:a.latency_texts])
 
 
-def latency(minilm, gemma, rows) -> None:
+def distil(g, best, rows, idx, sub, results, cache: Path):
+    """Item 3 of the issue, without HarmAug's augmentation (that generator is another piece of work): the
+    bag-of-n-grams student (distill.py) trained with the HarmAug loss on the train rows, the teacher being the Gemma
+    guard's probabilities; its agreement with the teacher on the test rows' decisions."""
+    from services.moderation.distill import StudentConfig, TrainConfig, train_student
+
+    tr = sub["train"]
+    ph_all = g._phi_all
+    teacher = g.predict_from_features(ph_all[idx["train"]])
+    t0 = time.time()
+    st = train_student([r.text for r in tr], [r.role for r in tr], np.array([int(r.unsafe) for r in tr]), teacher,
+                       StudentConfig(), TrainConfig(epochs=30), [r.prompt for r in tr])
+    print(f"student trained in {time.time() - t0:.0f} s", flush=True)
+    def proba(m, rr):
+        return m.predict_proba([r.text for r in rr], [r.role for r in rr], [r.prompt for r in rr])
+    sv, stt = proba(st, sub["validation"]), proba(st, sub["test"])
+    results.append(evaluate("student (distilled from gemma)", sv, sub["validation"], stt, sub["test"]))
+    d_t = g.config["decision_defaults"]
+    bt = block_decisions(g.predict_from_features(ph_all[idx["test"]]), Thresholds().resolve(d_t))
+    bs_t = block_decisions(stt, Thresholds().resolve(d_t))
+    bs_o = block_decisions(stt, Thresholds().resolve(choose_defaults(sv, sub["validation"])))
+    print(f"student/teacher decision agreement on test: at the teacher's defaults {(bs_t == bt).mean():.3f}, "
+          f"each at its own {(bs_o == bt).mean():.3f}", flush=True)
+    return st
+
+
+def latency(minilm, gemma, student, rows) -> None:
     from services.moderation.decision import moderate_items
     from services.moderation.serving import Batcher
 
     items = [Item(r.text, r.role, r.prompt) for r in rows]
     print(f"\n## latency: {len(items)} responses with their requests, one thread, this process")
-    print("| guard | per text, batch 1 (ms, mean) | concurrency 8 via the batcher (texts/s) | p50 ms | ratio to MiniLM |")
+    print("| guard | per text, batch 1 (ms, mean) | concurrency 8 via the batcher (texts/s) | p50 ms | "
+          "cost / MiniLM's |")
     print("|---|---|---|---|---|")
     base = None
-    for name, m in (("minilm frozen_linear", minilm), ("gemma_frozen", gemma)):
+    for name, m in (("minilm frozen_linear", minilm), ("gemma_frozen", gemma), ("student", student)):
         moderate_items(m, items[:2], Thresholds())  # warm-up
         t0 = time.perf_counter()
         for it in items:
