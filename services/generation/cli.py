@@ -226,6 +226,7 @@ def add_commands(sub, client_opts) -> None:
     sp.add_argument("--retention", type=float, default=1.0, help="fraction of the KV cache kept (0, 1]")
     sp.add_argument("--timeout", type=float, help="seconds the call may take (default: the server's, 30)")
     sp.set_defaults(func=cmd_complete)
+    add_rag_commands(sub, client_opts)
 
 
 # ---------------------------------------------------------------------------------------------- demo step
@@ -290,3 +291,136 @@ def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -
     print(f"passkey accuracy: full cache {score['none']}/{len(examples)}, VL-Cache at 10% "
           f"{score['vl_cache']}/{len(examples)} (benchmarks/generation/gemma_retrieval.py measures every policy and "
           "retention on more questions; RESULTS.md)")
+    rag_demo(target, model)
+
+
+# ---------------------------------------------------------------------------------------------- praxon rag
+RAG_METHODS = ("standard", "speculative", "sparse")
+
+
+def _rag_stub(target):
+    from praxon.generation.v1 import retrieval_pb2_grpc
+
+    return retrieval_pb2_grpc.RetrievalServiceStub(target.channel())
+
+
+def rag_index(target, collection: str, docs: list[dict], out=None):
+    """Create the collection if needed, store the documents and watch the indexing job to its end."""
+    from praxon.generation.v1 import retrieval_pb2 as pb
+
+    out = out or sys.stdout
+    stub = _rag_stub(target)
+    stub.CreateCollection(pb.CreateCollectionRequest(name=collection), metadata=target.metadata)
+    req = pb.StartIndexingJobRequest(collection=collection, idempotency_key=new_idempotency_key(), documents=[
+        pb.DocumentInput(external_id=str(d["id"]), title=d.get("title", ""), text=d["text"]) for d in docs])
+    job = wait_for_success(target, stub.StartIndexingJob(req, metadata=target.metadata).job, "indexing", out)
+    r = dict(job.result)
+    out.write(f"indexed {int(r['documents'])} documents ({int(r['chunks'])} chunks) into {collection!r}\n")
+    return job
+
+
+def rag_ask(target, collection: str, question: str, method: str, *, k: int = 10, model=None, drafts=None,
+            clusters=None, timeout: float | None = None):
+    from praxon.generation.v1 import retrieval_pb2 as pb
+
+    req = pb.AnswerWithRetrievalRequest(question=question, collection=collection, k=k,
+                                        method=getattr(pb, f"RAG_METHOD_{method.upper()}"))
+    if model is not None:
+        req.model.CopyFrom(model)
+    if drafts is not None:
+        req.drafts = drafts
+    if clusters is not None:
+        req.clusters = clusters
+    return once_loaded(_rag_stub(target).AnswerWithRetrieval, req, wait_s=300, what="the model",
+                       metadata=target.metadata, timeout=timeout or GEMMA_DEADLINE_S)
+
+
+def _read_docs(path: Path) -> list[dict]:
+    """A JSONL file of {"id", "title"?, "text"} or, for any other file, one document per non-empty line."""
+    import json
+
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    if path.suffix == ".jsonl":
+        return [json.loads(x) for x in lines]
+    return [{"id": f"{path.stem}-{i}", "text": x} for i, x in enumerate(lines)]
+
+
+def cmd_rag_index(args) -> None:
+    docs = [d for f in args.files for d in _read_docs(Path(f))]
+    rag_index(_target(args), args.collection, docs)
+
+
+def cmd_rag_search(args) -> None:
+    from praxon.generation.v1 import retrieval_pb2 as pb
+
+    target = _target(args)
+    r = _rag_stub(target).Search(pb.SearchRequest(collection=args.collection, query=args.query, k=args.k),
+                                 metadata=target.metadata)
+    for h in r.hits:
+        print(f"{h.score:.3f}  {h.external_id}#{h.chunk_index}  {h.text[:100]}")
+    print(f"[{len(r.hits)} hits; index: {r.index}]", file=sys.stderr)
+
+
+def print_answer(r, out=None) -> None:
+    out = out or sys.stdout
+    out.write(f"{r.answer}\n  documents used: {', '.join(r.documents_used)}  ({r.seconds:.1f}s)\n")
+    for d in r.drafts:
+        out.write(f"  draft [{', '.join(d.external_ids)}] {d.answer!r}: log rho = {d.log_draft:.2f} (draft) "
+                  f"{d.log_self_consistency:+.2f} (SC) {d.log_self_reflection:+.2f} (SR) = {d.log_score:.2f}\n")
+    for x in r.ratings:
+        out.write(f"  {x.external_id}: relevance {x.relevance:.2f} {'kept' if x.kept else 'dropped'}\n")
+
+
+def cmd_rag_ask(args) -> None:
+    r = rag_ask(_target(args), args.collection, args.question, args.method, k=args.k, model=_model_ref(args.model),
+                drafts=args.drafts, clusters=args.clusters)
+    print_answer(r)
+
+
+def add_rag_commands(sub, client_opts) -> None:
+    p = sub.add_parser("rag", help="document collections: index, search, answer with retrieval")
+    rsub = p.add_subparsers(dest="action", required=True)
+    sp = rsub.add_parser("index", help="index files into a collection (a job; watched to its end)")
+    client_opts(sp)
+    sp.add_argument("collection")
+    sp.add_argument("files", nargs="+", help="JSONL ({id, title, text} a line) or text (a document a line)")
+    sp.set_defaults(func=cmd_rag_index)
+    sp = rsub.add_parser("search", help="the top-k chunks of a collection for a query")
+    client_opts(sp)
+    sp.add_argument("collection")
+    sp.add_argument("query")
+    sp.add_argument("-k", type=int, default=5)
+    sp.set_defaults(func=cmd_rag_search)
+    sp = rsub.add_parser("ask", help="answer a question from a collection (standard, speculative or sparse RAG)")
+    client_opts(sp)
+    sp.add_argument("collection")
+    sp.add_argument("question")
+    sp.add_argument("--method", choices=RAG_METHODS, default="standard")
+    sp.add_argument("-k", type=int, default=10)
+    sp.add_argument("--model", help="name, name:VERSION or name@ALIAS (default tiny-llama)")
+    sp.add_argument("--drafts", type=int, help="Speculative RAG: drafts (m)")
+    sp.add_argument("--clusters", type=int, help="Speculative RAG: k-means clusters (documents per draft)")
+    sp.set_defaults(func=cmd_rag_ask)
+
+
+RAG_DEMO_DOCS = [
+    {"id": "tower", "text": "The Orlan Tower stands in the town of Vesk and was built in 1912."},
+    {"id": "vesk", "text": "Vesk is a harbour town on the northern coast of Tallandia."},
+    {"id": "kettle", "text": "Chef Ilda Roon opened the restaurant Blue Kettle in the town of Vesk in 1987."},
+    {"id": "kettle-menu", "text": "The Blue Kettle restaurant serves smoked eel and rye bread."},
+    {"id": "lake", "text": "The river Amsel feeds the lake Dorrow, famous for its silver trout."},
+    {"id": "kessa", "text": "Mount Kessa is the highest peak of the Darven range."},
+]
+
+
+def rag_demo(target, model) -> None:
+    """`praxon demo` step: a few documents indexed (a job), then one question answered by standard, Speculative and
+    Sparse RAG on Gemma, with the documents each used (k=4, 2 drafts: sized for two CPU cores)."""
+    print("retrieval: six documents indexed into the collection 'demo-docs' (chunked and embedded by a job)")
+    rag_index(target, "demo-docs", RAG_DEMO_DOCS)
+    q = "Who opened the restaurant Blue Kettle?"
+    print(f"question: {q}")
+    for method in RAG_METHODS:
+        r = rag_ask(target, "demo-docs", q, method, k=4, model=model, drafts=2, clusters=2)
+        print(f"{method} RAG: ", end="")
+        print_answer(r)

@@ -135,6 +135,14 @@ def _vec_text(v: np.ndarray) -> str:
     return "[" + ",".join(f"{x:.7g}" for x in v.tolist()) + "]"
 
 
+# the nearest chunks by the HNSW index alone (ORDER BY distance LIMIT k on rag_chunks), then their documents
+HNSW_SQL = ("SELECT n.chunk_index, n.text, d.external_id, d.title, d.id AS document_id, 1 - n.dist AS score FROM "
+            "(SELECT k.document_id, k.chunk_index, k.text, k.embedding_v <=> q.v AS dist FROM rag_chunks k, "
+            "(SELECT %s::vector AS v) q WHERE k.collection_id = %s AND k.tenant_id = %s "
+            "ORDER BY k.embedding_v <=> q.v LIMIT %s) n JOIN rag_documents d ON d.id = n.document_id "
+            "ORDER BY n.dist")
+
+
 class DocumentStore:
     """Collections, documents and chunks of every tenant (each call names its tenant). `index` chooses the search
     path: "auto" (HNSW where the column exists, else exact), "exact" or "hnsw"."""
@@ -248,12 +256,7 @@ class DocumentStore:
         with self.pool.connection() as conn, conn.transaction():
             conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(self.ef_search, k))}")
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            rows = conn.execute(
-                "SELECT * FROM (SELECT k.chunk_index, k.text, d.external_id, d.title, d.id AS document_id, "
-                "1 - (k.embedding_v <=> %s::vector) AS score FROM rag_chunks k JOIN rag_documents d "
-                "ON d.id = k.document_id WHERE k.collection_id = %s AND k.tenant_id = %s "
-                "ORDER BY k.embedding_v <=> %s::vector LIMIT %s) s ORDER BY score DESC",
-                (_vec_text(q), collection_id, tenant, _vec_text(q), k)).fetchall()
+            rows = conn.execute(HNSW_SQL, (_vec_text(q), collection_id, tenant, k)).fetchall()
         return [Hit(r["external_id"], r["title"], r["chunk_index"], r["text"], float(r["score"]),
                     str(r["document_id"])) for r in rows]
 

@@ -35,9 +35,13 @@ import torch
 from services.common.errors import InvalidArgument
 
 INSTRUCTION = "Answer each question with a short phrase taken from the documents.\n\n"
-EXAMPLE_DOCS = ["Lake Varn lies in the province of Oskel.", "The capital of Oskel is Tamrin."]
-EXAMPLE_Q, EXAMPLE_A = "In which province is Lake Varn?", "Oskel"
-EXAMPLE_RATIONALE = "Document [1] says that Lake Varn lies in the province of Oskel."
+# two worked examples for a base model (one answer in one document, one spread over two)
+EXAMPLES = [(["Ilse Brandt was born in the village of Hollum.", "Jonas Brandt was born in the village of Dorne."],
+             "In which village was Ilse Brandt born?", "Hollum", "Document [1] says Ilse Brandt was born in Hollum."),
+            (["The bakery Sunrise is run by Petra Lind.", "Petra Lind lives in the city of Aster.",
+              "The city of Orla has a large harbour."],
+             "In which city does the person who runs the bakery Sunrise live?", "Aster",
+             "Document [1] says Petra Lind runs the bakery Sunrise; document [2] says Petra Lind lives in Aster.")]
 REFLECTION = "Do you think the explanation supports the answers? (Yes or No)"
 RATE_PROMPT = "Is the document above relevant to the question? (Yes or No)"
 STOPS = ("\n\n", "\nQuestion", "\nDocument")
@@ -88,10 +92,12 @@ def _doc_line(i: int, p: Passage) -> str:
 
 
 def _example(rationale: bool) -> str:
-    docs = "".join(_doc_line(i + 1, Passage("", t)) for i, t in enumerate(EXAMPLE_DOCS))
-    if rationale:
-        return f"{docs}Question: {EXAMPLE_Q}\nRationale: {EXAMPLE_RATIONALE}\nAnswer: {EXAMPLE_A}\n\n"
-    return f"{docs}Question: {EXAMPLE_Q}\nAnswer: {EXAMPLE_A}\n\n"
+    out = ""
+    for docs_, q, a, why in EXAMPLES:
+        docs = "".join(_doc_line(i + 1, Passage("", t)) for i, t in enumerate(docs_))
+        out += (f"{docs}Question: {q}\nRationale: {why}\nAnswer: {a}\n\n" if rationale else
+                f"{docs}Question: {q}\nAnswer: {a}\n\n")
+    return out
 
 
 def standard_prompt(question: str, passages: Sequence[Passage]) -> str:

@@ -44,7 +44,7 @@ def env(settings, tmp_path_factory, tokenizer):
     worker = harness.Worker(settings, tmp_path_factory.mktemp("rag-workers"), "default")
     channel = grpc.insecure_channel(server.address)
     e = SimpleNamespace(server=server, worker=worker, stub=retrieval_pb2_grpc.RetrievalServiceStub(channel),
-                        md=auth(token), other=auth(other), tenant=tenant, settings=settings)
+                        md=auth(token), other=auth(other), tenant=tenant, settings=settings, token=token)
     yield e
     worker.stop()
     channel.close()
@@ -190,6 +190,29 @@ def test_bad_input_names_the_field(env, facts):
          "documents[1].external_id")
     _bad(env, s.StartIndexingJob, Ix(collection="facts", documents=[D(external_id="a", text="t")], chunk_chars=10),
          "chunk_chars")
+
+
+def test_cli_indexes_searches_and_asks(env, tmp_path, capsys):
+    import argparse
+    import json
+
+    from services.common.client import resolve_target
+    from services.generation import cli
+
+    f = tmp_path / "docs.jsonl"
+    f.write_text("".join(json.dumps({"id": i, "title": i, "text": t}) + "\n" for i, t in FACTS))
+    opts = dict(address=env.server.address, token=env.token, data_dir=str(tmp_path))
+    cli.cmd_rag_index(argparse.Namespace(collection="cli", files=[str(f)], **opts))
+    cli.cmd_rag_search(argparse.Namespace(collection="cli", query="the highest peak of the Darven range", k=2,
+                                          **opts))
+    out = capsys.readouterr().out
+    assert "indexed 6 documents (6 chunks) into 'cli'" in out
+    assert out.strip().splitlines()[-2].split()[1] == "umber#0"
+    r = cli.rag_ask(resolve_target(env.server.address, env.token, str(tmp_path)), "cli", "Who opened Blue Kettle?",
+                    "speculative", k=3, model=common_pb2.ModelRef(name="lm"), drafts=2, clusters=2)
+    cli.print_answer(r)
+    out = capsys.readouterr().out
+    assert out.count("draft [") == 2 and "documents used: " in out
 
 
 def test_hnsw_in_an_embedded_postgresql_agrees_with_the_exact_scan(tmp_path_factory):
