@@ -222,22 +222,26 @@ def verify(model, tokenizer, question: str, drafts: Sequence[tuple[str, str]]) -
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
         mask[i, :len(s)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    lp = torch.log_softmax(logits, dim=-1)
-    out = []
+    # the vocabulary projection only at the rows that predict a scored token (Gemma: 262k x 640 per row)
+    want: list[tuple[int, int, int, str]] = []  # (row, position predicting, token, term)
     for i, s in enumerate(segs):
-        sc = sr = 0.0
         at = 0
         for name, tok in s:
             for j, t in enumerate(tok):
-                p = at + j
-                if p > 0 and name in ("alpha", "beta"):
-                    sc += float(lp[i, p - 1, t])
-                elif name == "yes":
-                    sr += float(lp[i, p - 1, t])
+                if at + j > 0 and name in ("alpha", "beta", "yes"):
+                    want.append((i, at + j - 1, t, name))
             at += len(tok)
-        out.append((sc, sr))
-    return out
+    hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+    rows = hidden[torch.tensor([w[0] for w in want]), torch.tensor([w[1] for w in want])]
+    logits = model.get_output_embeddings()(rows).float()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    lp = torch.log_softmax(logits, dim=-1)[torch.arange(len(want)), torch.tensor([w[2] for w in want])].tolist()
+    out = [[0.0, 0.0] for _ in segs]
+    for (i, _, _, name), x in zip(want, lp, strict=True):
+        out[i][1 if name == "yes" else 0] += x
+    return [(a, b) for a, b in out]
 
 
 def speculative_rag(drafter, verifier_model, verifier_tokenizer, question: str, passages: Sequence[Passage], *,
