@@ -2,7 +2,10 @@
 (out-of-distribution forget sets), approximate (any torch module, uncertified) and audits.
 
 api.py (the servicer), records.py (immutable unlearning records), certified.py / robust.py / approximate.py /
-audit.py (the algorithms; no grpc), jobs.py (train, unlearn, audit), cli.py (`praxon unlearn ...`)."""
+audit.py (the algorithms; no grpc), jobs.py (train, unlearn, audit), cli.py (`praxon unlearn ...`).
+Causal language models (Hugging Face versions): unlearning.train kind causal_lm_qa fine-tunes one on QA records, and
+unlearning.unlearn forgets QA records with FLAT, NPO or gradient ascent, LoRA or full (flat.py: losses and loop;
+llm_jobs.py: the job branches; llm_eval.py: TOFU-style metrics; authors.py: the fictitious-authors data)."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
 SPEC = ServiceSpec(

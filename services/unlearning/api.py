@@ -20,10 +20,16 @@ pb = unlearning_pb2
 METHODS = {pb.METHOD_CERTIFIED_NOISY_MINIMIZER: "certified_noisy_minimizer",
            pb.METHOD_ROBUST_CERTIFIED: "robust_certified", pb.METHOD_NOISY_FINETUNE: "noisy_finetune",
            pb.METHOD_RETRAIN: "retrain", pb.METHOD_FINETUNE: "finetune",
-           pb.METHOD_GRADIENT_ASCENT: "gradient_ascent"}
+           pb.METHOD_GRADIENT_ASCENT: "gradient_ascent", pb.METHOD_FLAT: "flat", pb.METHOD_NPO: "npo"}
 METHOD_ENUMS = {v: k for k, v in METHODS.items()}
 KINDS = {pb.MODEL_KIND_LOGREG_L2: "logreg_l2", pb.MODEL_KIND_SOFTMAX_L2: "softmax_l2",
-         pb.MODEL_KIND_RIDGE_L2: "ridge_l2", pb.MODEL_KIND_DPSGD_SOFTMAX: "dpsgd_softmax"}
+         pb.MODEL_KIND_RIDGE_L2: "ridge_l2", pb.MODEL_KIND_DPSGD_SOFTMAX: "dpsgd_softmax",
+         pb.MODEL_KIND_CAUSAL_LM_QA: "causal_lm_qa"}
+ADAPTATIONS = {pb.ADAPTATION_UNSPECIFIED: "lora", pb.ADAPTATION_LORA: "lora", pb.ADAPTATION_FULL: "full"}
+DIVERGENCES = {pb.FLAT_DIVERGENCE_UNSPECIFIED: "total_variation",
+               **{getattr(pb, "FLAT_DIVERGENCE_" + n.upper()): n for n in
+                  ("total_variation", "kl", "reverse_kl", "jeffrey", "squared_hellinger", "pearson", "neyman",
+                   "jensen_shannon")}}
 AUDIT_METHODS = {pb.AUDIT_METHOD_UNSPECIFIED: "", pb.AUDIT_METHOD_OUTPUT_PERTURBATION: "output_perturbation",
                  pb.AUDIT_METHOD_HIDDEN_STATE_CANARY: "hidden_state_canary"}
 AUDIT_METHOD_ENUMS = {v: k for k, v in AUDIT_METHODS.items() if v}
@@ -76,6 +82,27 @@ def _dpsgd(msg) -> dict[str, Any] | None:
     names = {"noise_multiplier": "noise_multiplier", "max_grad_norm": "max_grad_norm", "steps": "steps",
              "sample_rate": "sample_rate", "learning_rate": "lr"}
     return {ours: getattr(msg, theirs) for theirs, ours in names.items() if msg.HasField(theirs)}
+
+
+def _language_model(msg) -> dict[str, Any]:
+    """LanguageModelTuning -> LanguageModelParams fields (0 / unset: the default; enums checked here)."""
+    if msg.adaptation not in ADAPTATIONS:
+        raise InvalidArgument("language_model.adaptation", "one of " + ", ".join(pb.Adaptation.Name(k)
+                                                                              for k in ADAPTATIONS))
+    if msg.divergence not in DIVERGENCES:
+        raise InvalidArgument("language_model.divergence", "one of " + ", ".join(pb.FlatDivergence.Name(k)
+                                                                              for k in DIVERGENCES))
+    out: dict[str, Any] = {"adaptation": ADAPTATIONS[msg.adaptation], "divergence": DIVERGENCES[msg.divergence]}
+    for name in ("lora_rank", "lora_alpha", "epochs", "learning_rate", "batch_size", "npo_beta", "grad_accum",
+                 "checkpoint_every"):
+        if getattr(msg, name):
+            out[name] = getattr(msg, name)
+    for name in ("npo_retain_weight", "max_length", "weight_decay", "lora_dropout"):
+        if msg.HasField(name):
+            out[name] = getattr(msg, name)
+    if msg.template_answers:
+        out["template_answers"] = list(msg.template_answers)
+    return out
 
 
 def _guarantee(g: dict | None) -> pb.Guarantee | None:
@@ -140,7 +167,11 @@ class UnlearningServicer(unlearning_pb2_grpc.UnlearningServiceServicer):
                            delta=_opt(request, "delta"), seed=request.seed, num_classes=request.num_classes,
                            capacity=request.capacity, eval_dataset_artifact_id=request.eval_dataset_artifact_id,
                            idempotency_key=request.idempotency_key,
-                           dpsgd=_dpsgd(request.dpsgd) if request.HasField("dpsgd") else None)
+                           dpsgd=_dpsgd(request.dpsgd) if request.HasField("dpsgd") else None,
+                           base_model_name=request.base_model.name, base_model_version=request.base_model.version,
+                           base_model_alias=request.base_model.alias,
+                           language_model=(_language_model(request.language_model)
+                                           if request.HasField("language_model") else None))
         row = await self.app.db(self.records.start_training, current_tenant(), req)
         return pb.StartTrainingJobResponse(job=convert.job(row))
 
@@ -155,7 +186,9 @@ class UnlearningServicer(unlearning_pb2_grpc.UnlearningServiceServicer):
                              epsilon=_opt(request, "epsilon"), delta=_opt(request, "delta"), seed=request.seed,
                              name=request.name, eval_dataset_artifact_id=request.eval_dataset_artifact_id,
                              reason=request.reason, steps=request.steps, learning_rate=request.learning_rate,
-                             idempotency_key=request.idempotency_key)
+                             idempotency_key=request.idempotency_key,
+                             language_model=(_language_model(request.language_model)
+                                             if request.HasField("language_model") else None))
         row, record_id = await self.app.db(self.records.start_unlearning, who, req)
         return pb.StartUnlearningJobResponse(job=convert.job(row), record_id=record_id)
 

@@ -49,7 +49,8 @@ from services.unlearning.linear import (DTYPE, LinearProblem, canonical_kind, is
 from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, require_mu
 
 CERTIFIED_METHODS = ("certified_noisy_minimizer", "robust_certified")
-METHODS = CERTIFIED_METHODS + approximate.METHODS
+# flat and npo unlearn causal language models only (llm_jobs.py; gradient_ascent serves both)
+METHODS = CERTIFIED_METHODS + approximate.METHODS + ("flat", "npo")
 STATE_CONTENT_TYPE = "application/vnd.praxon.unlearning-state+safetensors"
 REPORT_CONTENT_TYPE = "application/json"
 
@@ -91,6 +92,14 @@ def check_forget_request(method: str, config: dict, forget_ids: list[str], forgo
     (None: not checked here)."""
     if method not in METHODS:
         raise InvalidArgument("method", f"one of {', '.join(METHODS)}")
+    from services.unlearning import llm_jobs
+
+    if llm_jobs.is_lm_config(config):
+        return llm_jobs.check_lm_request(method, config, forget_ids, forgotten,
+                                         None if dataset_ids is None else set(dataset_ids))
+    if method in llm_jobs.LM_ONLY_METHODS:
+        raise InvalidArgument("method", f"method {method} unlearns causal language models; this version is of kind "
+                              f"{config.get('kind', '')!r}")
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
     if guard_heads.is_guard_config(config):
@@ -267,6 +276,10 @@ def run_training(ctx: JobContext) -> dict:
         from services.unlearning import dpsgd_jobs
 
         return dpsgd_jobs.run_dpsgd_training(ctx, tp)
+    if tp.kind == "causal_lm_qa":
+        from services.unlearning import llm_jobs
+
+        return llm_jobs.run_qa_finetune(ctx, tp, report_of=_report, fingerprint=fingerprint(ctx, "train"))
     kind = canonical_kind(tp.kind)
     mu = require_mu(tp)
     r, (eps, delta), capacity = tp.r, _privacy(tp.epsilon, tp.delta), tp.capacity
@@ -364,6 +377,11 @@ def run_unlearning(ctx: JobContext) -> dict:
 
         return guard_jobs.run_guard_unlearning(ctx, p, tensors, config, forget_ids_of=_forget_ids,
                                                write_state=_write_state, report_of=_report, guarantee_of=guarantee)
+    from services.unlearning import llm_jobs
+
+    if llm_jobs.is_lm_config(config):  # a causal language model: flat, npo or gradient ascent on QA records
+        return llm_jobs.run_lm_unlearning(ctx, p, tensors, config, forget_ids_of=_forget_ids, report_of=_report,
+                                          guarantee_of=guarantee, fingerprint=fingerprint(ctx, "unlearn"))
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
     check_forget_request(method, config, [], set())

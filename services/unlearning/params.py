@@ -3,8 +3,10 @@
 (jobs.py, from ctx.params) with the same model. Field names are the proto's, so a violation names the field
 the caller sent (the one exception, `lr`, is the request's `learning_rate`: see FIELD_PATHS).
 
-  unlearning.train    TrainParams    (a certified L2 linear model, or a DP-SGD model through Opacus)
-  unlearning.unlearn  UnlearnParams
+  unlearning.train    TrainParams    (a certified L2 linear model, a DP-SGD model through Opacus, or a causal LM
+                                      fine-tuned on QA: kind causal_lm_qa, settings in `language_model`)
+  unlearning.unlearn  UnlearnParams  (a causal LM version: methods flat / npo / gradient_ascent, settings in
+                                      `language_model`: LanguageModelParams)
   unlearning.audit    AuditParams    (output perturbation of a certified version, or the hidden-state
                                       canary audit of a DP-SGD training configuration)
 """
@@ -20,10 +22,12 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 UnitOpen = Annotated[float, Field(gt=0, lt=1)]
 
-TRAIN_KINDS = ("logreg_l2", "softmax_l2", "ridge_l2", "dpsgd_softmax")
+TRAIN_KINDS = ("logreg_l2", "softmax_l2", "ridge_l2", "dpsgd_softmax", "causal_lm_qa")
 CONVEX_TRAIN_KINDS = ("logreg_l2", "softmax_l2", "ridge_l2")
 UNLEARN_METHODS = ("certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",
-                   "gradient_ascent")
+                   "gradient_ascent", "flat", "npo")
+FLAT_DIVERGENCES = ("total_variation", "kl", "reverse_kl", "jeffrey", "squared_hellinger", "pearson", "neyman",
+                    "jensen_shannon")
 AUDIT_METHODS = ("output_perturbation", "hidden_state_canary")
 # request field -> params field where the two differ
 FIELD_PATHS = {"lr": "learning_rate"}
@@ -44,11 +48,38 @@ class DpSgdParams(JobParams):
     accountant: Literal["rdp", "prv"] = "prv"
 
 
+class LanguageModelParams(JobParams):
+    """Fine-tuning / unlearning settings of a causal language model (services/unlearning/flat.py). None: the
+    default of the job (learning_rate: unlearning 1e-4 LoRA / 1e-5 full, training 1e-3 LoRA / 1e-5 full;
+    lora_dropout: unlearning 0.05, training 0)."""
+
+    model_config = JobParams.model_config
+
+    adaptation: Literal["lora", "full"] = "lora"
+    lora_rank: Annotated[int, Field(gt=0, le=1024)] = 8
+    lora_alpha: PositiveFloat = 32.0
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
+    epochs: Annotated[int, Field(gt=0, le=1000)] = 5
+    learning_rate: Annotated[float, Field(gt=0, le=1)] | None = None
+    batch_size: Annotated[int, Field(gt=0, le=4096)] = 16
+    grad_accum: Annotated[int, Field(gt=0, le=1024)] = 1
+    weight_decay: Annotated[float, Field(ge=0)] = 0.01
+    divergence: Literal["total_variation", "kl", "reverse_kl", "jeffrey", "squared_hellinger", "pearson", "neyman",
+                        "jensen_shannon"] = "total_variation"
+    template_answers: Annotated[list[Annotated[str, Field(min_length=1, max_length=500)]],
+                                Field(max_length=1000)] | None = None
+    npo_beta: PositiveFloat = 0.1
+    npo_retain_weight: Annotated[float, Field(ge=0)] = 1.0
+    max_length: Annotated[int, Field(ge=0, le=1_000_000)] = 500
+    checkpoint_every: Annotated[int, Field(gt=0)] = 1
+    max_eval_records: Annotated[int, Field(gt=0)] = 64   # retain / held-out records the job's report evaluates
+
+
 class TrainParams(JobParams):
     model_config = JobParams.model_config
 
     dataset_artifact_id: Annotated[str, Field(min_length=1)]
-    kind: Literal["logreg_l2", "softmax_l2", "ridge_l2", "dpsgd_softmax"]
+    kind: Literal["logreg_l2", "softmax_l2", "ridge_l2", "dpsgd_softmax", "causal_lm_qa"]
     name: ModelName = "unlearning-linear"
     mu: PositiveFloat | None = None         # required by the convex kinds (checked by require_mu)
     r: PositiveFloat = 1e-3
@@ -65,6 +96,8 @@ class TrainParams(JobParams):
     checkpoint_every: PositiveInt = 50
     eval_dataset_artifact_id: str | None = None
     dpsgd: DpSgdParams | None = None
+    base_model_version_id: str | None = None   # kind causal_lm_qa: the causal LM to fine-tune
+    language_model: LanguageModelParams | None = None
 
     @field_validator("eval_dataset_artifact_id")
     @classmethod
@@ -77,7 +110,7 @@ class UnlearnParams(JobParams):
 
     model_version_id: Annotated[str, Field(min_length=1)]
     method: Literal["certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",
-                    "gradient_ascent"]
+                    "gradient_ascent", "flat", "npo"]
     forget_record_ids: list[str] | None = None
     forget_set_artifact_id: str | None = None
     record_id: str | None = None           # the unlearning record this job writes the outcome of
@@ -97,6 +130,8 @@ class UnlearnParams(JobParams):
     lr: PositiveFloat = 0.1
     batch_size: PositiveInt = 64
     noise_std: Annotated[float, Field(ge=0)] | None = None
+    # causal language models (methods flat, npo, gradient_ascent)
+    language_model: LanguageModelParams | None = None
 
     @field_validator("forget_set_artifact_id", "dataset_artifact_id", "eval_dataset_artifact_id", "name")
     @classmethod

@@ -67,6 +67,10 @@ class TrainRequest:
     eval_dataset_artifact_id: str = ""
     idempotency_key: str = ""
     dpsgd: dict[str, Any] | None = None   # kind dpsgd_softmax: DpSgdParams fields
+    base_model_name: str = ""             # kind causal_lm_qa: the causal LM to fine-tune
+    base_model_version: int = 0
+    base_model_alias: str = ""
+    language_model: dict[str, Any] | None = None  # kind causal_lm_qa: LanguageModelParams fields
 
 
 @dataclass
@@ -87,6 +91,7 @@ class UnlearnRequest:
     steps: int = 0
     learning_rate: float = 0.0
     idempotency_key: str = ""
+    language_model: dict[str, Any] | None = None  # causal LMs: LanguageModelParams fields
 
 
 @dataclass
@@ -121,7 +126,13 @@ class UnlearningRecords:
                 raw[k] = getattr(req, k)
         if req.dpsgd is not None:
             raw["dpsgd"] = {k: v for k, v in req.dpsgd.items() if v is not None}
+        if req.language_model is not None:
+            raw["language_model"] = req.language_model
+        if req.kind == "causal_lm_qa":
+            raw.pop("mu", None)
         tp = parse_params(TrainParams, raw, field_paths={"dpsgd": "dpsgd"})
+        if tp.kind == "causal_lm_qa":
+            return self._start_qa_finetune(tenant, req, tp)
         if tp.kind in CONVEX_KINDS:
             require_mu(tp)
         self.registry.get_artifact(tenant, tp.dataset_artifact_id, "dataset_artifact_id")
@@ -130,6 +141,31 @@ class UnlearningRecords:
         if tp.eval_dataset_artifact_id:
             params["eval_dataset_artifact_id"] = str(self.registry.get_artifact(
                 tenant, tp.eval_dataset_artifact_id, "eval_dataset_artifact_id")["id"])
+        return self.jobs.submit(tenant, "unlearning.train", params, req.idempotency_key)
+
+    def _start_qa_finetune(self, tenant: str, req: TrainRequest, tp: TrainParams) -> dict:
+        """kind causal_lm_qa: the base model must be a causal LM, the dataset a QA JSONL (checked here when small)."""
+        from services.unlearning.llm_jobs import is_lm_config, parse_qa
+
+        if not req.base_model_name:
+            raise InvalidArgument("base_model.name", "name the causal language model to fine-tune")
+        base = self.registry.resolve(tenant, req.base_model_name, req.base_model_version, req.base_model_alias,
+                                     "base_model")
+        if not is_lm_config(dict(base["config"])):
+            raise FailedPrecondition(f"model version {base['name']} v{base['version']} is not a causal language "
+                                     "model (Hugging Face format)", reason="NOT_A_LANGUAGE_MODEL")
+        row = self.registry.get_artifact(tenant, tp.dataset_artifact_id, "dataset_artifact_id")
+        if row["size_bytes"] <= REQUEST_CHECK_MAX_BYTES:
+            parse_qa(self.registry.store.get_bytes(row["object_key"], row["sha256"]))
+        params = tp.model_dump(exclude_none=True)
+        params["dataset_artifact_id"] = str(row["id"])
+        params["base_model_version_id"] = str(base["id"])
+        if tp.eval_dataset_artifact_id:
+            ev = self.registry.get_artifact(tenant, tp.eval_dataset_artifact_id, "eval_dataset_artifact_id")
+            params["eval_dataset_artifact_id"] = str(ev["id"])
+            if ev["size_bytes"] <= REQUEST_CHECK_MAX_BYTES:
+                parse_qa(self.registry.store.get_bytes(ev["object_key"], ev["sha256"]), "eval_dataset_artifact_id")
+        params = parse_params(TrainParams, params).model_dump(exclude_none=True)
         return self.jobs.submit(tenant, "unlearning.train", params, req.idempotency_key)
 
     def _version(self, tenant: str, version_id: str, name: str, version: int, alias: str) -> dict:
@@ -148,6 +184,10 @@ class UnlearningRecords:
         if row["size_bytes"] > REQUEST_CHECK_MAX_BYTES:
             return None
         blob = self.registry.store.get_bytes(row["object_key"], row["sha256"])
+        from services.unlearning.llm_jobs import is_lm_config, parse_qa
+
+        if config is not None and is_lm_config(config):
+            return {r["id"] for r in parse_qa(blob)}
         if config is not None and is_guard_config(config):
             from services.unlearning.guard_jobs import guard_record_ids
 
@@ -179,7 +219,8 @@ class UnlearningRecords:
         typed = parse_params(UnlearnParams, {
             "model_version_id": req.model_version_id or "-", "method": req.method, "epsilon": req.epsilon,
             "delta": req.delta, "seed": req.seed, "name": req.name or None,
-            **({"steps": req.steps} if req.steps else {}), **({"lr": req.learning_rate} if req.learning_rate else {})},
+            **({"steps": req.steps} if req.steps else {}), **({"lr": req.learning_rate} if req.learning_rate else {}),
+            **({"language_model": req.language_model} if req.language_model is not None else {})},
             field_paths=FIELD_PATHS)
         if req.forget_record_ids and req.forget_set_artifact_id:
             raise InvalidArgument("forget_record_ids", "give forget_record_ids or forget_set_artifact_id, not both")
@@ -192,6 +233,15 @@ class UnlearningRecords:
             raise InvalidArgument("reason", f"at most {MAX_REASON_CHARS} characters")
         version = self._version(tenant, req.model_version_id, req.model_name, req.model_version, req.model_alias)
         config = dict(version["config"])
+        from services.unlearning.llm_jobs import is_lm_config
+
+        if is_lm_config(config):
+            for name, given in (("steps", req.steps), ("learning_rate", req.learning_rate)):
+                if given:
+                    raise InvalidArgument(name, f"a causal language model takes language_model.epochs and "
+                                                f"language_model.learning_rate, not {name}")
+        elif req.language_model is not None:
+            raise InvalidArgument("language_model", "applies to causal language models only")
         ds_id = str(version["dataset_artifact_id"] or config.get("dataset_artifact_id") or "")
         if not ds_id:
             raise FailedPrecondition(f"model version {version['id']} has no training dataset in its lineage: "
@@ -224,6 +274,8 @@ class UnlearningRecords:
             params["steps"] = typed.steps
         if req.learning_rate:
             params["lr"] = typed.lr
+        if typed.language_model is not None:
+            params["language_model"] = typed.language_model.model_dump(exclude_none=True)
         params = parse_params(UnlearnParams, params, field_paths=FIELD_PATHS).model_dump(exclude_none=True)
 
         def insert_record(conn: Connection, job: dict) -> None:

@@ -20,6 +20,8 @@ class Method(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     METHOD_RETRAIN: _ClassVar[Method]
     METHOD_FINETUNE: _ClassVar[Method]
     METHOD_GRADIENT_ASCENT: _ClassVar[Method]
+    METHOD_FLAT: _ClassVar[Method]
+    METHOD_NPO: _ClassVar[Method]
 
 class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,6 +30,25 @@ class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_KIND_SOFTMAX_L2: _ClassVar[ModelKind]
     MODEL_KIND_RIDGE_L2: _ClassVar[ModelKind]
     MODEL_KIND_DPSGD_SOFTMAX: _ClassVar[ModelKind]
+    MODEL_KIND_CAUSAL_LM_QA: _ClassVar[ModelKind]
+
+class Adaptation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ADAPTATION_UNSPECIFIED: _ClassVar[Adaptation]
+    ADAPTATION_LORA: _ClassVar[Adaptation]
+    ADAPTATION_FULL: _ClassVar[Adaptation]
+
+class FlatDivergence(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FLAT_DIVERGENCE_UNSPECIFIED: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_TOTAL_VARIATION: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_KL: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_REVERSE_KL: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_JEFFREY: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_SQUARED_HELLINGER: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_PEARSON: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_NEYMAN: _ClassVar[FlatDivergence]
+    FLAT_DIVERGENCE_JENSEN_SHANNON: _ClassVar[FlatDivergence]
 
 class AuditMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -41,14 +62,63 @@ METHOD_NOISY_FINETUNE: Method
 METHOD_RETRAIN: Method
 METHOD_FINETUNE: Method
 METHOD_GRADIENT_ASCENT: Method
+METHOD_FLAT: Method
+METHOD_NPO: Method
 MODEL_KIND_UNSPECIFIED: ModelKind
 MODEL_KIND_LOGREG_L2: ModelKind
 MODEL_KIND_SOFTMAX_L2: ModelKind
 MODEL_KIND_RIDGE_L2: ModelKind
 MODEL_KIND_DPSGD_SOFTMAX: ModelKind
+MODEL_KIND_CAUSAL_LM_QA: ModelKind
+ADAPTATION_UNSPECIFIED: Adaptation
+ADAPTATION_LORA: Adaptation
+ADAPTATION_FULL: Adaptation
+FLAT_DIVERGENCE_UNSPECIFIED: FlatDivergence
+FLAT_DIVERGENCE_TOTAL_VARIATION: FlatDivergence
+FLAT_DIVERGENCE_KL: FlatDivergence
+FLAT_DIVERGENCE_REVERSE_KL: FlatDivergence
+FLAT_DIVERGENCE_JEFFREY: FlatDivergence
+FLAT_DIVERGENCE_SQUARED_HELLINGER: FlatDivergence
+FLAT_DIVERGENCE_PEARSON: FlatDivergence
+FLAT_DIVERGENCE_NEYMAN: FlatDivergence
+FLAT_DIVERGENCE_JENSEN_SHANNON: FlatDivergence
 AUDIT_METHOD_UNSPECIFIED: AuditMethod
 AUDIT_METHOD_OUTPUT_PERTURBATION: AuditMethod
 AUDIT_METHOD_HIDDEN_STATE_CANARY: AuditMethod
+
+class LanguageModelTuning(_message.Message):
+    __slots__ = ("adaptation", "lora_rank", "lora_alpha", "epochs", "learning_rate", "batch_size", "divergence", "template_answers", "npo_beta", "npo_retain_weight", "max_length", "grad_accum", "weight_decay", "lora_dropout", "checkpoint_every")
+    ADAPTATION_FIELD_NUMBER: _ClassVar[int]
+    LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    LORA_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DIVERGENCE_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    NPO_BETA_FIELD_NUMBER: _ClassVar[int]
+    NPO_RETAIN_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    GRAD_ACCUM_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    LORA_DROPOUT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    adaptation: Adaptation
+    lora_rank: int
+    lora_alpha: float
+    epochs: int
+    learning_rate: float
+    batch_size: int
+    divergence: FlatDivergence
+    template_answers: _containers.RepeatedScalarFieldContainer[str]
+    npo_beta: float
+    npo_retain_weight: float
+    max_length: int
+    grad_accum: int
+    weight_decay: float
+    lora_dropout: float
+    checkpoint_every: int
+    def __init__(self, adaptation: _Optional[_Union[Adaptation, str]] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., epochs: _Optional[int] = ..., learning_rate: _Optional[float] = ..., batch_size: _Optional[int] = ..., divergence: _Optional[_Union[FlatDivergence, str]] = ..., template_answers: _Optional[_Iterable[str]] = ..., npo_beta: _Optional[float] = ..., npo_retain_weight: _Optional[float] = ..., max_length: _Optional[int] = ..., grad_accum: _Optional[int] = ..., weight_decay: _Optional[float] = ..., lora_dropout: _Optional[float] = ..., checkpoint_every: _Optional[int] = ...) -> None: ...
 
 class DpSgdConfig(_message.Message):
     __slots__ = ("noise_multiplier", "max_grad_norm", "steps", "sample_rate", "learning_rate")
@@ -79,7 +149,7 @@ class Guarantee(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., mechanism: _Optional[str] = ..., statement: _Optional[str] = ...) -> None: ...
 
 class StartTrainingJobRequest(_message.Message):
-    __slots__ = ("dataset_artifact_id", "kind", "name", "mu", "r", "epsilon", "delta", "seed", "num_classes", "capacity", "eval_dataset_artifact_id", "idempotency_key", "dpsgd")
+    __slots__ = ("dataset_artifact_id", "kind", "name", "mu", "r", "epsilon", "delta", "seed", "num_classes", "capacity", "eval_dataset_artifact_id", "idempotency_key", "dpsgd", "base_model", "language_model")
     DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +163,8 @@ class StartTrainingJobRequest(_message.Message):
     EVAL_DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DPSGD_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
     dataset_artifact_id: str
     kind: ModelKind
     name: str
@@ -106,7 +178,9 @@ class StartTrainingJobRequest(_message.Message):
     eval_dataset_artifact_id: str
     idempotency_key: str
     dpsgd: DpSgdConfig
-    def __init__(self, dataset_artifact_id: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., name: _Optional[str] = ..., mu: _Optional[float] = ..., r: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., num_classes: _Optional[int] = ..., capacity: _Optional[int] = ..., eval_dataset_artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., dpsgd: _Optional[_Union[DpSgdConfig, _Mapping]] = ...) -> None: ...
+    base_model: _common_pb2.ModelRef
+    language_model: LanguageModelTuning
+    def __init__(self, dataset_artifact_id: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., name: _Optional[str] = ..., mu: _Optional[float] = ..., r: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., num_classes: _Optional[int] = ..., capacity: _Optional[int] = ..., eval_dataset_artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., dpsgd: _Optional[_Union[DpSgdConfig, _Mapping]] = ..., base_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., language_model: _Optional[_Union[LanguageModelTuning, _Mapping]] = ...) -> None: ...
 
 class StartTrainingJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -115,7 +189,7 @@ class StartTrainingJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class StartUnlearningJobRequest(_message.Message):
-    __slots__ = ("model", "model_version_id", "forget_record_ids", "forget_set_artifact_id", "method", "epsilon", "delta", "seed", "name", "eval_dataset_artifact_id", "reason", "steps", "learning_rate", "idempotency_key")
+    __slots__ = ("model", "model_version_id", "forget_record_ids", "forget_set_artifact_id", "method", "epsilon", "delta", "seed", "name", "eval_dataset_artifact_id", "reason", "steps", "learning_rate", "idempotency_key", "language_model")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_ID_FIELD_NUMBER: _ClassVar[int]
     FORGET_RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +204,7 @@ class StartUnlearningJobRequest(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     model_version_id: str
     forget_record_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -144,7 +219,8 @@ class StartUnlearningJobRequest(_message.Message):
     steps: int
     learning_rate: float
     idempotency_key: str
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., model_version_id: _Optional[str] = ..., forget_record_ids: _Optional[_Iterable[str]] = ..., forget_set_artifact_id: _Optional[str] = ..., method: _Optional[_Union[Method, str]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., name: _Optional[str] = ..., eval_dataset_artifact_id: _Optional[str] = ..., reason: _Optional[str] = ..., steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    language_model: LanguageModelTuning
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., model_version_id: _Optional[str] = ..., forget_record_ids: _Optional[_Iterable[str]] = ..., forget_set_artifact_id: _Optional[str] = ..., method: _Optional[_Union[Method, str]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., seed: _Optional[int] = ..., name: _Optional[str] = ..., eval_dataset_artifact_id: _Optional[str] = ..., reason: _Optional[str] = ..., steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., language_model: _Optional[_Union[LanguageModelTuning, _Mapping]] = ...) -> None: ...
 
 class StartUnlearningJobResponse(_message.Message):
     __slots__ = ("job", "record_id")
