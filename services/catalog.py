@@ -69,6 +69,17 @@ def job_kind(name: str) -> JobKind | None:
     return None
 
 
+def model_adapter(config: dict):
+    """The adapter (a service's SPEC.model_adapters) whose matches(config) accepts a model version's config, or
+    None: how one service works on another's models without importing it."""
+    for s in SPECS:
+        for ref in s.model_adapters.values():
+            adapter = resolve(ref)
+            if adapter.matches(config):
+                return adapter
+    return None
+
+
 def queues() -> tuple[str, ...]:
     """Every queue a known job kind runs on ("default" first): a queue per job class, so operators can size and
     place workers per class (GPU nodes for training, ...)."""

@@ -64,6 +64,9 @@ class ServiceSpec:
     cli         module exporting add_commands(subparsers, client_opts) (imports no torch at module level)
     demo        the service's `praxon demo` step, if any
     settings    "module:Model": a pydantic model read from PRAXON_<NAME>__<FIELD> as `settings.<name>`
+    model_adapters  adapter name -> "module:attr": model kinds of this service that other services may work on
+                without importing it (an object with `name`, `matches(config)` and the kind's operations; e.g.
+                moderation's guard heads, which unlearning certifies deletions from); catalog.model_adapter finds one
     migrations  "package": the service's tables are the NNNN_name.sql files in that package's migrations/ folder,
                 applied by `praxon migrate` in version order together with common's and every other service's"""
 
@@ -74,6 +77,7 @@ class ServiceSpec:
     cli: str | None = None
     demo: DemoStep | None = None
     settings: str | None = None
+    model_adapters: dict[str, str] = field(default_factory=dict)
     migrations: str | None = None
 
     def __post_init__(self) -> None:

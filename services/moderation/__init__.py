@@ -34,5 +34,6 @@ SPEC = ServiceSpec(
     demo=DemoStep("moderation: train the guard on the seed set, promote it, moderate texts with per-topic severities",
                   "services.moderation.cli:demo"),
     settings="services.moderation.settings:ServingConfig",
+    model_adapters={"guard_frozen_linear": "services.moderation.heads:ADAPTER"},
     migrations="services.moderation",
 )

@@ -210,7 +210,7 @@ def certify_and_publish(problem: LinearProblem, result: GDResult, *, radius: flo
 
 
 class CertifiedRun:
-    """A descent to the certified radius (gd_to_radius, guard_heads.newton_to_radius) then the Gaussian mechanism,
+    """A descent to the certified radius (gd_to_radius, newton.newton_to_radius) then the Gaussian mechanism,
     for a job run as Steps (services.common.jobcontext): `advance()` runs `every` iterations (one job step), and the
     chunk that finishes the descent draws the secret noise (FAILED_PRECONDITION when it did not converge), so the
     checkpoint a job takes after that step keeps the draw before anything is published; `publish()` then gives the

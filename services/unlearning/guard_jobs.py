@@ -1,12 +1,13 @@
 """Certified deletion from a registered moderation guard (kind frozen_linear): the unlearning job's branch for
-guard versions (guard_heads.py holds the objective and the descent).
+guard versions. The guard's objective, rows, labels and features come from the moderation service's adapter
+(services/moderation/heads.py, found through catalog.model_adapter: this service imports nothing of moderation);
+the descent is newton.py's.
 
 The guard's training set is its lineage dataset (a praxon guard JSONL artifact) split the way the moderation
 trainer splits it (the rows' own "split" when any row has one, else the hash-of-text split at
 validation_fraction), minus every record tombstoned by earlier unlearning jobs; a record id is the row's "id"
-(or "row-<line>" without one). Features are the frozen MiniLM features phi of services.moderation.guard
-(`GuardModel.features`): the one place the unlearning service imports the moderation package, for the
-encoder and the data format the guard itself defines (imported inside the job, never at module level).
+(or "row-<line>" without one). Features are the guard's frozen MiniLM features phi, computed by the adapter exactly
+as the guard's trainer computes them.
 
 The new version keeps the guard's tensors ("heads.*"), kind and config (so the moderation service loads and
 serves it like any guard), with the certificate, the private pre-noise state and the excluded records added."""
@@ -17,66 +18,21 @@ from typing import Any
 
 import torch
 
+from services import catalog
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.state import loads_state
 from services.unlearning import audit, certified
-from services.unlearning.guard_heads import DTYPE, LABEL_DIM, GuardHeadsProblem, check_certifiable, newton_to_radius
+from services.unlearning.newton import DTYPE, newton_to_radius
 from services.unlearning.params import UnlearnParams
 
 GUARD_METHODS = ("certified_noisy_minimizer", "retrain")
 
 
-class GuardData:
-    """The guard's training rows (ids, texts, roles, labels Y [n, 24]) and its validation rows."""
-
-    def __init__(self, rows: list, ids: list[str], val_rows: list):
-        self.rows, self.record_ids, self.val_rows = rows, ids, val_rows
-
-    @property
-    def index(self) -> dict[str, int]:
-        return {r: i for i, r in enumerate(self.record_ids)}
-
-
-def labels(rows: list) -> torch.Tensor:
-    from services.moderation.guard import Targets
-
-    t = Targets.from_examples(rows)
-    n = len(rows)
-    Y = torch.zeros(n, LABEL_DIM, dtype=DTYPE)
-    if n:
-        Y[:, 0] = torch.from_numpy(t.unsafe)
-        Y[:, 1:12] = torch.from_numpy(t.topic)
-        Y[:, 12] = torch.from_numpy(t.topic_known.astype("float64"))
-        Y[:, 13:] = torch.from_numpy(t.severity.astype("float64"))
-    return Y
-
-
-def guard_record_ids(blob: bytes, config: dict, field: str = "dataset_artifact_id") -> tuple[list, list[str], list]:
-    """(training rows, their record ids, validation rows) of a guard's JSONL dataset, split as the trainer split
-    it. Raises FAILED_PRECONDITION when the split does not reproduce the version's n_train."""
-    from services.moderation.jobs.data import split_examples
-    from services.moderation.schema import parse_guard_jsonl
-
-    try:
-        rows = parse_guard_jsonl(blob)
-    except InvalidArgument:
-        raise FailedPrecondition("the guard's lineage dataset is not a praxon guard JSONL artifact: its records "
-                                 "cannot be named") from None
-    ids = [r.id if r.id else f"row-{i}" for i, r in enumerate(rows)]
-    if len(set(ids)) != len(ids):
-        raise FailedPrecondition("the guard's dataset has duplicate row ids: records cannot be named")
-    # the trainer's own split (the rows' "split", else the hash-of-text split; the default fraction, checked
-    # against the version's n_train below)
-    position = {id(r): i for i, r in enumerate(rows)}
-    train_rows, val_rows = split_examples(rows, float(config.get("validation_fraction", 0.2)))
-    train = [position[id(r)] for r in train_rows]
-    val = [position[id(r)] for r in val_rows]
-    n_train = config.get("n_train")
-    if n_train is not None and int(n_train) != len(train):
-        raise FailedPrecondition(f"the guard's dataset yields {len(train)} training rows, but the version was "
-                                 f"trained on {n_train}: it cannot be matched record by record")
-    return [rows[i] for i in train], [ids[i] for i in train], [rows[i] for i in val]
+def adapter_of(config: dict):
+    """The guard-heads adapter when `config` is a version of such heads (catalog.model_adapter), else None."""
+    found = catalog.model_adapter(config)
+    return found if found is not None and found.name == "guard_frozen_linear" else None
 
 
 def check_guard_request(method: str, config: dict) -> float:
@@ -84,30 +40,7 @@ def check_guard_request(method: str, config: dict) -> float:
         raise FailedPrecondition(f"method {method} is not available for moderation guards: use "
                                  "certified_noisy_minimizer (certified) or retrain", reason="NOT_CERTIFIABLE",
                                  metadata={"method": method, "suggested_method": "certified_noisy_minimizer"})
-    return check_certifiable(config)
-
-
-def _features(ctx: JobContext, config: dict, rows: list, lo: float, hi: float) -> torch.Tensor:
-    """phi exactly as the guard's trainer computes it (a response with its prompt context, the frozen encoder)."""
-    from services.moderation.guard import FEATURE_SPEC
-    from services.moderation.jobs.train_guard import example_features
-
-    if config.get("feature_spec") != FEATURE_SPEC:
-        raise FailedPrecondition(f"guard feature spec {config.get('feature_spec')!r} is not the encoder's "
-                                 f"{FEATURE_SPEC}: its features cannot be recomputed")
-    if not rows:
-        return torch.zeros(0, int(config["feature_dim"]), dtype=DTYPE)
-    return torch.from_numpy(example_features(ctx, rows, lo, hi, "unlearning")).to(DTYPE)
-
-
-def _decision_defaults(tensors: dict, config: dict, phi_val: torch.Tensor, val_rows: list) -> dict:
-    from services.moderation.decision import choose_defaults
-    from services.moderation.guard import GuardModel, LinearHeads
-
-    heads_only = GuardModel("frozen_linear", LinearHeads.from_tensors(tensors), config, encoder=None)
-    pred = heads_only.predict_from_features(phi_val.to(torch.float64).numpy())
-    target = float(config["decision_defaults"].get("target_false_block_rate", 0.05))
-    return choose_defaults(pred, val_rows, target_false_block_rate=target)
+    return adapter_of(config).check_certifiable(config)
 
 
 class GuardUnlearning:
@@ -116,14 +49,15 @@ class GuardUnlearning:
     damped Newton iteration a step on the retain rows, the last of which draws the secret noise (kept in the
     checkpoint before anything is published)."""
 
-    def __init__(self, problem: GuardHeadsProblem, config: dict, rows: list, val_rows: list, keep: list[int],
+    def __init__(self, adapter, problem, config: dict, rows: list, val_rows: list, keep: list[int],
                  theta0: torch.Tensor, r: float, eps: float, delta: float, start: str, max_steps: int):
-        self.problem, self.config, self.rows, self.val_rows, self.keep = problem, config, rows, val_rows, keep
+        self.adapter, self.problem, self.config = adapter, problem, config
+        self.rows, self.val_rows, self.keep = rows, val_rows, keep
         self.theta0, self.r, self.eps, self.delta, self.start, self.max_steps = theta0, r, eps, delta, start, max_steps
 
     def setup(self, ctx: JobContext) -> None:
         self.ctx = ctx
-        self.Y, self.Y_val = labels(self.rows), labels(self.val_rows)
+        self.Y, self.Y_val = self.adapter.labels(self.rows), self.adapter.labels(self.val_rows)
         self.phi: torch.Tensor | None = None
         # Newton converges in a handful of iterations (the hint is for progress only)
         self.newton = certified.CertifiedRun(self.problem, self._chunk, every=1, hint=20, radius=self.r,
@@ -147,8 +81,8 @@ class GuardUnlearning:
 
     def step(self, i: int) -> dict[str, float] | None:
         if i == 0:
-            self._features_ready(_features(self.ctx, self.config, self.rows, 0.0, 0.3),
-                                 _features(self.ctx, self.config, self.val_rows, 0.3, 0.35))
+            self._features_ready(self.adapter.features(self.ctx, self.config, self.rows, 0.0, 0.3),
+                                 self.adapter.features(self.ctx, self.config, self.val_rows, 0.3, 0.35))
             return None
         return {"grad_norm": self.newton.advance()["grad_norm"]}
 
@@ -167,6 +101,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
                          forget_ids_of, write_state, report_of, guarantee_of) -> dict:
     """The guard branch of jobs.run_unlearning (the helpers are jobs.py's, passed in to keep one definition)."""
     l2 = check_guard_request(p.method, config)
+    adapter = adapter_of(config)
     mvid = p.model_version_id
     ds_id = p.dataset_artifact_id or config.get("dataset_artifact_id")
     if not ds_id:
@@ -176,7 +111,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
 
     eps, delta = _privacy(p.epsilon, p.delta, config if config.get("certificate") else None)
     r = p.r if p.r is not None else float(config.get("r", 1e-3))
-    rows, ids, val_rows = guard_record_ids(ctx.read_artifact(ds_id), config)
+    rows, ids, val_rows = adapter.records(ctx.read_artifact(ds_id), config)
     forgotten = ctx.forgotten_records(ds_id)
     excluded = set(config.get("excluded_record_ids") or [])
     forget_ids = forget_ids_of(ctx, p)
@@ -194,7 +129,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
     forget_idx = [i for i, rid in enumerate(ids) if rid in set(forget_ids)]
     if not keep:
         raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
-    problem = GuardHeadsProblem(mu=l2, dim=int(config["feature_dim"]))
+    problem = adapter.problem(mu=l2, dim=int(config["feature_dim"]))
     t0 = time.perf_counter()
     if config.get("state_artifact_id"):
         theta_start = loads_state(ctx.read_artifact(config["state_artifact_id"]))["theta_start"].to(DTYPE)
@@ -203,7 +138,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
         theta_start = problem.from_tensors(tensors)
         start_source = "published_weights"
     start = "zero" if p.method == "retrain" else "warm"
-    job = GuardUnlearning(problem, config, rows, val_rows, keep, theta_start if start == "warm" else problem.zeros(),
+    job = GuardUnlearning(adapter, problem, config, rows, val_rows, keep, theta_start if start == "warm" else problem.zeros(),
                           r, eps, delta, start, max_steps=min(p.max_steps, 200))
     out = run_steps(ctx, job, message=job.message, progress_span=(0.35, 0.9),
                     fingerprint=fingerprint(ctx, "unlearn_guard"))["out"]
@@ -237,7 +172,7 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
     if config.get("decision_defaults") and len(val_rows):
         # the parent's thresholds were chosen with heads trained on the forgotten records: choose them again with
         # the published (unlearned) heads on the same validation rows, as the guard's trainer does
-        new_config["decision_defaults"] = _decision_defaults(new_tensors, config, phi_val, val_rows)
+        new_config["decision_defaults"] = adapter.decision_defaults(new_tensors, config, phi_val, val_rows)
     new_config.update({"mu": l2, "r": r, "epsilon": eps, "delta": delta, "sigma": out.certificate.sigma,
                        "certificate": cert, "state_artifact_id": state_id, "excluded_record_ids": new_excluded,
                        "dataset_artifact_id": ds_id, "parent_model_version_id": mvid, "unlearning_method": p.method,

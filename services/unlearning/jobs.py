@@ -8,7 +8,7 @@ The long part of each job is a Steps object (Training, ConvexUnlearning, Approxi
 under services.common.jobcontext.run_steps, which owns resume, cancellation, checkpoints and progress; a step
 advances a descent by `checkpoint_every` iterations (certified.CertifiedRun).
 Branches: kind dpsgd_softmax trains and audit method hidden_state_canary audits in dpsgd_jobs.py; a moderation
-guard version (guard_heads.is_guard_config) is unlearned in guard_jobs.py. Every unlearning result carries its
+guard version (moderation's guard-heads adapter: guard_jobs.adapter_of) is unlearned in guard_jobs.py. Every unlearning result carries its
 "guarantee" (certified (eps, delta) for a named mechanism, or audited_only).
 
 Model config convention for the linear kinds (what run_training registers, what run_unlearning reads):
@@ -42,7 +42,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import params_json, parse_params
 from services.common.state import dumps_state, loads_state
-from services.unlearning import approximate, audit, certified, guard_heads, robust
+from services.unlearning import approximate, audit, certified, guard_jobs, robust
 from services.unlearning.data import Dataset, decode_dataset, decode_forget_set, parse_forget_ids
 from services.unlearning.linear import (DTYPE, LinearProblem, canonical_kind, is_convex_kind,
                                        problem_from_config)
@@ -102,10 +102,8 @@ def check_forget_request(method: str, config: dict, forget_ids: list[str], forgo
                               f"{config.get('kind', '')!r}")
     kind = str(config.get("kind", ""))
     convex = is_convex_kind(kind)
-    if guard_heads.is_guard_config(config):
-        from services.unlearning.guard_jobs import check_guard_request
-
-        check_guard_request(method, config)
+    if guard_jobs.adapter_of(config) is not None:
+        guard_jobs.check_guard_request(method, config)
         convex = True
     elif method in CERTIFIED_METHODS and not convex:
         raise FailedPrecondition(f"model kind {kind!r} is non-convex: use method noisy_finetune (uncertified); "
@@ -372,9 +370,7 @@ def run_unlearning(ctx: JobContext) -> dict:
     method, mvid, seed = p.method, p.model_version_id, p.seed
     eps_in = p.epsilon, p.delta
     tensors, config = ctx.load_model(mvid)
-    if guard_heads.is_guard_config(config):
-        from services.unlearning import guard_jobs
-
+    if guard_jobs.adapter_of(config) is not None:
         return guard_jobs.run_guard_unlearning(ctx, p, tensors, config, forget_ids_of=_forget_ids,
                                                write_state=_write_state, report_of=_report, guarantee_of=guarantee)
     from services.unlearning import llm_jobs

@@ -29,10 +29,10 @@ from services.common.jobs import (
     parse_uuid,
 )
 from services.common.registry import Registry
+from services.unlearning import guard_jobs
 from services.unlearning.data import decode_dataset, decode_forget_set, parse_forget_ids
 from services.unlearning.jobs import CERTIFIED_METHODS, METHODS, check_forget_request
 from services.common.params import parse_params
-from services.unlearning.guard_heads import is_guard_config
 from services.unlearning.linear import CONVEX_KINDS
 from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, require_mu
 
@@ -188,10 +188,9 @@ class UnlearningRecords:
 
         if config is not None and is_lm_config(config):
             return {r["id"] for r in parse_qa(blob)}
-        if config is not None and is_guard_config(config):
-            from services.unlearning.guard_jobs import guard_record_ids
-
-            return set(guard_record_ids(blob, config)[1])
+        adapter = guard_jobs.adapter_of(config) if config is not None else None
+        if adapter is not None:
+            return set(adapter.records(blob, config)[1])
         ds = decode_dataset(blob)
         return set(ds.record_ids)
 

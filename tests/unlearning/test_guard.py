@@ -10,7 +10,8 @@ import torch
 from services.common.errors import FailedPrecondition
 from services.common.jobcontext import InMemoryJobContext
 from services.common.state import loads_state
-from services.unlearning import guard_heads, guard_jobs, jobs
+from services.moderation import heads as guard_heads
+from services.unlearning import jobs, newton
 
 R = 1e-3
 
@@ -33,10 +34,10 @@ def guard():
 
 
 def _data(ctx, ds, config):
-    rows, ids, val = guard_jobs.guard_record_ids(ctx.read_artifact(ds), config)
+    rows, ids, val = guard_heads.guard_record_ids(ctx.read_artifact(ds), config)
     from services.moderation.jobs.train_guard import example_features
 
-    return rows, ids, torch.from_numpy(example_features(None, rows)), guard_jobs.labels(rows)
+    return rows, ids, torch.from_numpy(example_features(None, rows)), guard_heads.labels(rows)
 
 
 def test_the_objective_is_the_guards_own(guard):
@@ -85,7 +86,7 @@ def test_forget_ten_records_certified_within_2r_of_retraining(guard):
     rows, ids, phi, Y = _data(ctx, ds, config)
     keep = torch.tensor([i for i, rid in enumerate(ids) if rid not in set(forget)])
     problem = guard_heads.GuardHeadsProblem(mu=config["l2"], dim=config["feature_dim"])
-    ref = guard_heads.newton_to_radius(problem, phi[keep], Y[keep], problem.zeros(), R)
+    ref = newton.newton_to_radius(problem, phi[keep], Y[keep], problem.zeros(), R)
     theta_u = loads_state(ctx.artifacts[config["state_artifact_id"]][1])["theta_private"]
     assert ref.converged and float((theta_u - ref.theta).norm()) <= 2 * R
     # published = private + noise at the certificate's sigma (secret noise: never equal to the private weights)
@@ -126,6 +127,6 @@ def test_an_empty_block_is_held_at_its_initial_values():
     Y[:, 12] = 1
     Y[:6, 1] = 1
     Y[:, 13:] = -1
-    res = guard_heads.newton_to_radius(problem, X, Y, problem.zeros(), 1e-6)
+    res = newton.newton_to_radius(problem, X, Y, problem.zeros(), 1e-6)
     h, h0 = problem.unflatten(res.theta), problem.unflatten(problem.init())
     assert res.converged and torch.allclose(h["sev_w"], h0["sev_w"]) and torch.allclose(h["sev_b"], h0["sev_b"])

@@ -92,7 +92,8 @@ def test_forget_guard_records_promote_and_moderate(env, settings):
 
     # ||theta_unlearned - theta_retrained|| <= 2r before noise (the version's private state vs a retraining)
     from services.common.state import loads_state
-    from services.unlearning import guard_heads, guard_jobs
+    from services.moderation import heads as guard_heads
+    from services.unlearning import newton
     from services.moderation.jobs.train_guard import example_features
 
     reg = env.server.app.registry
@@ -101,12 +102,12 @@ def test_forget_guard_records_promote_and_moderate(env, settings):
     art = reg.get_artifact(env.tenant, config["state_artifact_id"])
     theta_u = loads_state(reg.store.get_bytes(art["object_key"], art["sha256"]))["theta_private"]
     ds = reg.get_artifact(env.tenant, env.ds)
-    rows, ids, _ = guard_jobs.guard_record_ids(reg.store.get_bytes(ds["object_key"], ds["sha256"]),
+    rows, ids, _ = guard_heads.guard_record_ids(reg.store.get_bytes(ds["object_key"], ds["sha256"]),
                                                config)
     keep = [i for i, rid in enumerate(ids) if rid not in set(forget)]
     phi = torch.from_numpy(example_features(None, [rows[i] for i in keep]))
     problem = guard_heads.GuardHeadsProblem(mu=config["l2"], dim=config["feature_dim"])
-    ref = guard_heads.newton_to_radius(problem, phi, guard_jobs.labels([rows[i] for i in keep]), problem.zeros(), R)
+    ref = newton.newton_to_radius(problem, phi, guard_heads.labels([rows[i] for i in keep]), problem.zeros(), R)
     assert ref.converged and float((theta_u - ref.theta).norm()) <= 2 * R
 
     # the decision defaults served with v2 are chosen again with v2's published heads, on the same validation rows
@@ -114,7 +115,7 @@ def test_forget_guard_records_promote_and_moderate(env, settings):
     from services.moderation.guard import GuardModel
 
     v1_defaults = reg.version_by_id(env.tenant, config["parent_model_version_id"])["config"]["decision_defaults"]
-    _, _, val_rows = guard_jobs.guard_record_ids(reg.store.get_bytes(ds["object_key"], ds["sha256"]), config)
+    _, _, val_rows = guard_heads.guard_record_ids(reg.store.get_bytes(ds["object_key"], ds["sha256"]), config)
     v2 = GuardModel.from_registry(*reg.load_weights(env.tenant, version))
     want = choose_defaults(v2.predict_from_features(example_features(None, val_rows)), val_rows,
                            target_false_block_rate=v1_defaults["target_false_block_rate"])

@@ -1,4 +1,12 @@
-"""The moderation guard's linear heads as a certified kind ("guard_frozen_linear"): the exact regularised objective
+"""The guard's linear heads as a model kind that other services work on without importing moderation (issue 38):
+the unlearning service certifies deletions from them. SPEC.model_adapters names ADAPTER, and
+services.catalog.model_adapter(config) finds it from a version's config. Written here, once, by the service that
+trains the heads: which versions are such heads, their training rows and record ids (as the trainer split them),
+their labels and frozen features, the decision defaults, and the objective over one flat parameter vector.
+
+The objective ("guard_frozen_linear"): the exact regularised objective the guard trains (guard.py,
+`frozen_linear_objective`) over the frozen MiniLM features phi, written over one flat parameter vector so that a
+certified noisy minimizer applies to it.
 the guard trains (services/moderation/guard.py, `frozen_linear_objective`) over the frozen MiniLM features phi,
 written over one flat parameter vector so that the certified noisy minimizer (certified.py) applies to it.
 
@@ -31,12 +39,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.unlearning.certified import GDResult, GDState
+
+if TYPE_CHECKING:
+    from services.common.jobcontext import JobContext
 
 KINDS = ("frozen_linear", "finetune")  # the guard's kinds
 KIND = "guard_frozen_linear"
@@ -287,46 +298,86 @@ class GuardHeadsProblem:
         return step
 
 
-def newton_to_radius(problem: GuardHeadsProblem, X: torch.Tensor, Y: torch.Tensor, theta0: torch.Tensor,
-                     radius: float, *, max_steps: int = 200, state: GDState | None = None,
-                     max_iters: int | None = None) -> GDResult:
-    """Damped Newton (Armijo backtracking on J) until ||grad J|| <= mu * radius, certifying
-    ||theta - theta*|| <= radius (mu-strong convexity). Resumable in chunks from `state` (pauses after
-    `max_iters` more iterations) like certified.gd_to_radius."""
-    if not radius > 0:
-        raise InvalidArgument("r", "must be > 0")
-    X, Y = problem.check_data(X, Y)
-    tol = problem.mu * radius
-    st = state if state is not None else GDState(theta=theta0.to(DTYPE).clone())
-    systems = problem._block_systems(st.theta, X, Y)
-    rows = sum(0 if A is None else A.shape[0] for _, A, _, _ in systems)
-    stop = None if max_iters is None else st.step + max_iters
-    finished = True
-    while True:
-        g = problem.gradient(st.theta, X, Y)
-        st.grad_evals += rows
-        st.grad_norm = float(g.norm())
-        if not math.isfinite(st.grad_norm):
-            raise FailedPrecondition("Newton's method diverged (non-finite gradient)")
-        if st.grad_norm <= tol or st.step >= max_steps:
-            break
-        step = problem.newton_direction(st.theta, g, systems)
-        f0 = problem.objective(st.theta, X, Y)
-        a, slope = 1.0, float(g @ step)
-        while a > 1e-10:
-            cand = st.theta - a * step
-            if problem.objective(cand, X, Y) <= f0 - 1e-4 * a * slope:
-                break
-            a *= 0.5
-        else:
-            a = 1.0  # at the rounding floor of J: the full Newton step (quadratic convergence there)
-        st.theta = st.theta - a * step
-        st.step += 1
-        if stop is not None and st.step >= stop:
-            finished = False
-            break
-    # L <= max ||[phi, 1]||^2 + mu bounds every block's Hessian (weights sum to <= 1 per level)
-    smooth = float((X ** 2).sum(1).max()) + 1.0 + problem.mu if X.shape[0] else 1.0 + problem.mu
-    return GDResult(theta=st.theta, steps=st.step, grad_evals=st.grad_evals, grad_norm=st.grad_norm,
-                    converged=finished and st.grad_norm <= tol, step_size=1.0, smoothness=smooth, finished=finished,
-                    state=st)
+# ------------------------------------------------------------------------------------------------ rows and labels
+def labels(rows: list) -> torch.Tensor:
+    """The rows' labels as one tensor Y [n, 24] (see the layout above)."""
+    from services.moderation.guard import Targets
+
+    t = Targets.from_examples(rows)
+    n = len(rows)
+    Y = torch.zeros(n, LABEL_DIM, dtype=DTYPE)
+    if n:
+        Y[:, 0] = torch.from_numpy(t.unsafe)
+        Y[:, 1:12] = torch.from_numpy(t.topic)
+        Y[:, 12] = torch.from_numpy(t.topic_known.astype("float64"))
+        Y[:, 13:] = torch.from_numpy(t.severity.astype("float64"))
+    return Y
+
+
+def guard_record_ids(blob: bytes, config: dict, field: str = "dataset_artifact_id") -> tuple[list, list[str], list]:
+    """(training rows, their record ids, validation rows) of a guard's JSONL dataset, split as the trainer split
+    it. Raises FAILED_PRECONDITION when the split does not reproduce the version's n_train."""
+    from services.moderation.jobs.data import split_examples
+    from services.moderation.schema import parse_guard_jsonl
+
+    try:
+        rows = parse_guard_jsonl(blob)
+    except InvalidArgument:
+        raise FailedPrecondition("the guard's lineage dataset is not a praxon guard JSONL artifact: its records "
+                                 "cannot be named") from None
+    ids = [r.id if r.id else f"row-{i}" for i, r in enumerate(rows)]
+    if len(set(ids)) != len(ids):
+        raise FailedPrecondition("the guard's dataset has duplicate row ids: records cannot be named")
+    # the trainer's own split (the rows' "split", else the hash-of-text split; the default fraction, checked
+    # against the version's n_train below)
+    position = {id(r): i for i, r in enumerate(rows)}
+    train_rows, val_rows = split_examples(rows, float(config.get("validation_fraction", 0.2)))
+    train = [position[id(r)] for r in train_rows]
+    val = [position[id(r)] for r in val_rows]
+    n_train = config.get("n_train")
+    if n_train is not None and int(n_train) != len(train):
+        raise FailedPrecondition(f"the guard's dataset yields {len(train)} training rows, but the version was "
+                                 f"trained on {n_train}: it cannot be matched record by record")
+    return [rows[i] for i in train], [ids[i] for i in train], [rows[i] for i in val]
+
+
+def features(ctx: JobContext, config: dict, rows: list, lo: float, hi: float) -> torch.Tensor:
+    """phi exactly as the guard's trainer computes it (a response with its prompt context, the frozen encoder);
+    progress reported between lo and hi."""
+    from services.moderation.guard import FEATURE_SPEC
+    from services.moderation.jobs.train_guard import example_features
+
+    if config.get("feature_spec") != FEATURE_SPEC:
+        raise FailedPrecondition(f"guard feature spec {config.get('feature_spec')!r} is not the encoder's "
+                                 f"{FEATURE_SPEC}: its features cannot be recomputed")
+    if not rows:
+        return torch.zeros(0, int(config["feature_dim"]), dtype=DTYPE)
+    return torch.from_numpy(example_features(ctx, rows, lo, hi, "unlearning")).to(DTYPE)
+
+
+def decision_defaults(tensors: dict, config: dict, phi_val: torch.Tensor, val_rows: list) -> dict:
+    """The thresholds the guard's trainer would choose for these heads on its validation rows."""
+    from services.moderation.decision import choose_defaults
+    from services.moderation.guard import GuardModel, LinearHeads
+
+    heads_only = GuardModel("frozen_linear", LinearHeads.from_tensors(tensors), config, encoder=None)
+    pred = heads_only.predict_from_features(phi_val.to(torch.float64).numpy())
+    target = float(config["decision_defaults"].get("target_false_block_rate", 0.05))
+    return choose_defaults(pred, val_rows, target_false_block_rate=target)
+
+
+class GuardHeads:
+    """The adapter other services receive (catalog.model_adapter): this module's operations under one name."""
+
+    name = KIND
+    matches = staticmethod(is_guard_config)
+    check_certifiable = staticmethod(check_certifiable)
+    head_names = staticmethod(head_names)
+    problem = GuardHeadsProblem
+    labels = staticmethod(labels)
+    records = staticmethod(guard_record_ids)
+    features = staticmethod(features)
+    decision_defaults = staticmethod(decision_defaults)
+
+
+ADAPTER = GuardHeads()
