@@ -112,6 +112,51 @@ def cmd_train_scorer(args) -> None:
     _watch_job(target, job, "policy scorer training")
 
 
+def _print_certificate(c) -> None:
+    from praxon.moderation.v1 import moderation_pb2 as pb
+
+    dist = pb.PrefixDistribution.Name(c.prefix_distribution).removeprefix("PREFIX_DISTRIBUTION_").lower()
+    det = pb.BiasDetector.Name(c.detector).removeprefix("BIAS_DETECTOR_").lower()
+    print(f"certificate {c.id}: {c.generator_model.name} v{c.generator_model.version} "
+          f"({c.generator_model_version_id})")
+    print(f"  P(unbiased) in [{c.lower:.4f}, {c.upper:.4f}] at confidence {c.confidence:g}: {c.unbiased}/{c.samples} "
+          f"counterfactual sets unbiased; groups {list(c.groups)}, prefixes {dist}, detector {det}")
+    for x in c.prompts:
+        print(f"    {x.unbiased:4}/{x.samples:<4} [{x.lower:.3f}, {x.upper:.3f}]  {x.prompt}")
+
+
+def cmd_certify_bias(args) -> None:
+    """Start an LLMCert-B certification, follow it, print the certificate."""
+    from praxon.moderation.v1 import moderation_pb2 as pb
+    from services.common.client import model_ref, new_idempotency_key, wait_for_success
+
+    target = _target(args)
+    stub = _stub(target)
+    if args.certificate:
+        _print_certificate(stub.GetBiasCertificate(pb.GetBiasCertificateRequest(certificate_id=args.certificate),
+                                                   metadata=target.metadata).certificate)
+        return
+    if not args.generator or not args.group:
+        raise SystemExit("give --generator and --group (twice or more), or --certificate ID")
+    req = pb.StartBiasCertificationJobRequest(
+        generator_model=model_ref(args.generator), groups=args.group, prompts=args.prompt or [],
+        prefix_distribution=pb.PrefixDistribution.Value(f"PREFIX_DISTRIBUTION_{args.prefixes.upper()}"),
+        detector=pb.BiasDetector.Value(f"BIAS_DETECTOR_{args.detector.upper()}"),
+        idempotency_key=new_idempotency_key())
+    if args.detector_model:
+        req.detector_model.CopyFrom(model_ref(args.detector_model))
+    for name in ("confidence", "samples", "seed"):
+        if getattr(args, name) is not None:
+            setattr(req, name, getattr(args, name))
+    job = wait_for_success(target, stub.StartBiasCertificationJob(req, metadata=target.metadata).job,
+                           "bias certification")
+    certs = stub.ListBiasCertificates(pb.ListBiasCertificatesRequest(page_size=20), metadata=target.metadata)
+    mine = [c for c in certs.certificates if c.job_id == job.id]
+    if not mine:
+        raise SystemExit(f"job {job.id} succeeded but its certificate is not listed yet")
+    _print_certificate(mine[0])
+
+
 def cmd_policies(args) -> None:
     from praxon.moderation.v1 import moderation_pb2 as pb
 
@@ -203,6 +248,22 @@ def add_commands(sub, client_opts) -> None:
     sp.add_argument("--file", default="-", help="policy in the text form (create/update; '-' reads stdin)")
     sp.add_argument("--display-name")
     sp.set_defaults(func=cmd_policies)
+
+    sp = msub.add_parser("certify-bias", help="LLMCert-B: certify a language model's counterfactual bias (a job), "
+                                              "or show a certificate")
+    client_opts(sp)
+    sp.add_argument("--generator", help="language model: name, name:VERSION or name@ALIAS")
+    sp.add_argument("--group", action="append", help="demographic group (give two or more)")
+    sp.add_argument("--prompt", action="append", help="statement with [target_group] (default: the packaged set)")
+    sp.add_argument("--prefixes", default="random_tokens",
+                    choices=["none", "random_tokens", "jailbreak_mixture", "soft_jailbreak"])
+    sp.add_argument("--detector", default="agreement", choices=["agreement", "guard"])
+    sp.add_argument("--detector-model", help="guard model of the guard detector")
+    sp.add_argument("--confidence", type=float)
+    sp.add_argument("--samples", type=int)
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--certificate", help="show this certificate instead of starting a job")
+    sp.set_defaults(func=cmd_certify_bias)
 
     sp = msub.add_parser("thresholds", help="the tenant's per-topic severity thresholds")
     client_opts(sp)
