@@ -263,8 +263,7 @@ def speculative_rag(drafter, verifier_model, verifier_tokenizer, question: str, 
     for events, fin in results:
         rationale, answer = parse_draft(fin.text)
         lb, la = _draft_logs(drafter, events, fin)
-        parsed.append((answer, rationale, math.log(math.exp(lb) + math.exp(la)) if (lb > -700 or la > -700)
-                       else max(lb, la)))
+        parsed.append((answer, rationale, float(np.logaddexp(lb, la))))  # log(P(beta|.) + P(alpha|., beta))
     scores = verify(verifier_model, verifier_tokenizer, question, [(a, b) for a, b, _ in parsed])
     drafts = [DraftScore([passages[i].doc_id for i in s], a, b, ld, sc, sr)
               for s, (a, b, ld), (sc, sr) in zip(subsets, parsed, scores, strict=True)]

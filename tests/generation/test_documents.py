@@ -41,12 +41,14 @@ def env(settings, tmp_path_factory, tokenizer):
     tensors, config = hf.from_pretrained_objects(tiny_llama(tokenizer, seed=8, context=1024), tokenizer)
     harness.register_model(settings, tenant, "lm", tensors, kind=hf.REGISTRY_KIND, config=config)
     server = harness.PlatformServer(settings, ["platform", "generation"])
-    worker = harness.Worker(settings, tmp_path_factory.mktemp("rag-workers"), "default")
+    log_dir = tmp_path_factory.mktemp("rag-workers")
+    worker = harness.Worker(settings, log_dir, "default")
     channel = grpc.insecure_channel(server.address)
     e = SimpleNamespace(server=server, worker=worker, stub=retrieval_pb2_grpc.RetrievalServiceStub(channel),
-                        md=auth(token), other=auth(other), tenant=tenant, settings=settings, token=token)
+                        md=auth(token), other=auth(other), tenant=tenant, settings=settings, token=token,
+                        log_dir=log_dir)
     yield e
-    worker.stop()
+    e.worker.stop()
     channel.close()
     server.stop()
 
@@ -190,6 +192,33 @@ def test_bad_input_names_the_field(env, facts):
          "documents[1].external_id")
     _bad(env, s.StartIndexingJob, Ix(collection="facts", documents=[D(external_id="a", text="t")], chunk_chars=10),
          "chunk_chars")
+
+
+def test_a_killed_indexing_job_resumes_and_indexes_every_document_once(env):
+    from services.common import db
+
+    env.stub.CreateCollection(pb.CreateCollectionRequest(name="killed"), metadata=env.md)
+    words = "harbour bridge market tower river lake mountain valley forest meadow".split()
+    docs = [pb.DocumentInput(external_id=f"k{i:03d}", text=" ".join(words[(i + j) % 10] + f" {i}-{j}."
+                                                                     for j in range(30))) for i in range(150)]
+    job = env.stub.StartIndexingJob(pb.StartIndexingJobRequest(collection="killed", documents=docs, chunk_chars=120,
+                                                               overlap_chars=0), metadata=env.md).job
+    wait_for(lambda: job_row(env.settings, job.id)["progress"] >= 0.2, 180, interval=0.05, what="documents")
+    env.worker.kill9()
+    killed_at = job_row(env.settings, job.id)["progress"]
+    env.worker = harness.Worker(env.settings, env.log_dir, "default")
+    row = wait_for(lambda: (r := job_row(env.settings, job.id))["state"] in ("SUCCEEDED", "FAILED") and r, 240,
+                   interval=0.2, what="the resumed job")
+    assert row["state"] == "SUCCEEDED" and row["attempts"] == 2 and killed_at < 1.0
+    with db.connect(env.settings) as conn:
+        steps = [r["message"] for r in conn.execute(
+            "SELECT message FROM job_events WHERE job_id = %s ORDER BY seq", (job.id,)) if
+            r["message"].startswith("document ")]
+        n = conn.execute("SELECT count(*) AS n, count(DISTINCT document_id) AS d FROM rag_chunks k JOIN "
+                         "rag_collections c ON c.id = k.collection_id WHERE c.name = 'killed' AND c.tenant_id = %s",
+                         (env.tenant,)).fetchone()
+    assert steps[-1] == "document 150/150" and len(steps) < 2 * 150  # the second attempt went on from its checkpoint
+    assert n["d"] == 150 and row["result"]["documents"] == 150 and row["result"]["chunks"] == n["n"]
 
 
 def test_cli_indexes_searches_and_asks(env, tmp_path, capsys):
