@@ -16,7 +16,7 @@ from services.common.client import (Target, model_ref, new_idempotency_key, reso
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
 METHOD_NAMES = ["certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",
-                "gradient_ascent"]
+                "gradient_ascent", "flat", "npo"]
 KIND_NAMES = ["softmax_l2", "logreg_l2", "ridge_l2"]
 
 
@@ -119,6 +119,12 @@ def cmd_forget(args) -> None:
     for k in ("epsilon", "delta"):
         if getattr(args, k) is not None:
             setattr(req, k, getattr(args, k))
+    if args.method in ("flat", "npo") or args.lm_epochs or args.lm_lr or args.divergence or args.full:
+        lm = req.language_model  # causal language models (flat, npo, gradient_ascent)
+        lm.adaptation = pb.ADAPTATION_FULL if args.full else pb.ADAPTATION_LORA
+        lm.epochs, lm.learning_rate = args.lm_epochs or 0, args.lm_lr or 0.0
+        if args.divergence:
+            lm.divergence = pb.FlatDivergence.Value("FLAT_DIVERGENCE_" + args.divergence.upper())
     resp = _stub(target).StartUnlearningJob(req, metadata=target.metadata)
     print(f"unlearning record {resp.record_id}")
     _finish(target, resp.job, not args.no_wait)
@@ -208,6 +214,12 @@ def add_commands(sub, client_opts) -> None:
     p.add_argument("--name", help="model name of the new version (default: the source's)")
     p.add_argument("--eval-artifact", help="held-out dataset artifact: utility and MIA before/after")
     p.add_argument("--reason", help="why (e.g. a data-subject request number); kept in the record")
+    p.add_argument("--divergence", choices=["total_variation", "kl", "reverse_kl", "jeffrey", "squared_hellinger",
+                                            "pearson", "neyman", "jensen_shannon"],
+                   help="causal LMs, method flat: the f-divergence (default total_variation)")
+    p.add_argument("--lm-epochs", type=int, help="causal LMs: epochs over the forget set (default 5)")
+    p.add_argument("--lm-lr", type=float, help="causal LMs: learning rate (default 1e-4 LoRA, 1e-5 full)")
+    p.add_argument("--full", action="store_true", help="causal LMs: full fine-tuning instead of LoRA")
     p.add_argument("--no-wait", action="store_true")
     p.set_defaults(func=cmd_forget)
 
