@@ -6,9 +6,14 @@ if not os.environ.get("TRITON_INTERPRET"):
 
     os.environ["TRITON_INTERPRET"] = "0" if torch.cuda.is_available() else "1"
 
+import tempfile
 import uuid
 
 import pytest
+
+# `praxon up` keeps a copy of its state in the user's PRAXON_HOME: tests (and the `praxon up` they start) use their
+# own, never the account's ~/.praxon
+os.environ["PRAXON_HOME"] = tempfile.mkdtemp(prefix="praxon-home-")
 
 from tests import harness
 

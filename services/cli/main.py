@@ -216,9 +216,9 @@ def describe_error(exc: BaseException) -> str:
     from services.common.errors import PraxonError
 
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        from services.common.client import error_line
+        from services.common.client import error_line, unreachable_hint
 
-        return error_line(exc)
+        return error_line(exc) + unreachable_hint(exc)
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
     if isinstance(exc, PraxonError):

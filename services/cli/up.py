@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from services.common import db
-from services.common.client import UP_FILE, write_up_state
+from services.common.client import UP_FILE, clear_up_state, write_up_state
 from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, PortInUse, WeedS3, spawn, stop
 from services.common.settings import S3Settings
 
@@ -106,7 +106,7 @@ def run_up(data_dir: Path, *, port: int | None = None, s3_port_base: int | None 
             await task
         asyncio.run(main())
     finally:
-        (data_dir / UP_FILE).unlink(missing_ok=True)
+        clear_up_state(data_dir)
         for piece in reversed(started):
             if hasattr(piece, "stop"):
                 piece.stop()

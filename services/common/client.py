@@ -6,7 +6,8 @@ Imports grpc and the generated contracts only: no torch, no pandas, no service m
 well under a second. Anything heavier is imported inside the function that needs it.
 
 - `resolve_target(address, token, data_dir)`: flag, then PRAXON_ADDRESS / PRAXON_TOKEN, then the state file
-  `praxon up` writes into its data dir (UP_FILE: address, demo token, database URL, pid).
+  `praxon up` writes into its data dir (UP_FILE: address, demo token, database URL, pid), then the copy it keeps in
+  the user's PRAXON_HOME (default ~/.praxon), so commands find a running `praxon up` from any directory.
 - `resolve_database_url(data_dir)`: PRAXON_DATABASE_URL, else the database `praxon up` runs (so `praxon token
   create` after `praxon up` talks to the embedded PostgreSQL), else None (the Settings default).
 - `Target.channel()`: one channel per target whose unary calls are retried on UNAVAILABLE and RESOURCE_EXHAUSTED,
@@ -83,22 +84,53 @@ def read_up_state(data_dir: str | os.PathLike | None) -> dict[str, Any]:
     return found
 
 
+def praxon_home() -> Path:
+    """The user's own praxon folder: $PRAXON_HOME, else ~/.praxon. `praxon up` keeps a copy of its state file there,
+    so that every command finds the platform it runs from any directory."""
+    return Path(os.environ.get("PRAXON_HOME") or Path.home() / ".praxon")
+
+
+def find_up_state(data_dir: str | os.PathLike | None) -> tuple[dict[str, Any], str]:
+    """(what a running `praxon up` recorded, the file it was read from): the one in data_dir when it runs there,
+    else the user's latest (praxon_home()); ({}, "") when none runs."""
+    for folder in (data_dir, praxon_home()):
+        found = read_up_state(folder)
+        if found:
+            return found, str(Path(folder) / UP_FILE)
+    return {}, ""
+
+
 def write_up_state(data_dir: str | os.PathLike, **state: Any) -> Path:
-    """Record what `praxon up` runs (readable by its owner only: it holds a token), atomically."""
+    """Record what `praxon up` runs (readable by its owner only: it holds a token), atomically, in data_dir and as
+    the user's latest in praxon_home()."""
+    home = praxon_home()
+    home.mkdir(parents=True, exist_ok=True)
     path = Path(data_dir) / UP_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state))
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    for target in (path, home / UP_FILE):
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**state, "data_dir": str(Path(data_dir).resolve())}))
+        tmp.chmod(0o600)
+        tmp.replace(target)
     return path
+
+
+def clear_up_state(data_dir: str | os.PathLike) -> None:
+    """`praxon up` stops: its state file goes, and the user's copy too when it is this process's."""
+    (Path(data_dir) / UP_FILE).unlink(missing_ok=True)
+    mine = praxon_home() / UP_FILE
+    try:
+        if json.loads(mine.read_text()).get("pid") == os.getpid():
+            mine.unlink(missing_ok=True)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def resolve_database_url(data_dir: str | os.PathLike | None) -> str | None:
     """The database a local admin command (token create, migrate) should use: PRAXON_DATABASE_URL when set, else
-    the one `praxon up` runs in data_dir, else None (the Settings default)."""
+    the one a running `praxon up` uses (find_up_state), else None (the Settings default)."""
     if os.environ.get("PRAXON_DATABASE_URL"):
         return None  # Settings reads it itself
-    return read_up_state(data_dir).get("database_url") or None
+    return find_up_state(data_dir)[0].get("database_url") or None
 
 
 @dataclass
@@ -108,6 +140,7 @@ class Target:
     address: str
     token: str
     retry_budget_s: float = 60.0  # total time spent waiting to retry one call
+    source: str = ""  # where the address came from (said when it cannot be reached)
     _channel: grpc.Channel | None = field(default=None, init=False, repr=False, compare=False)
 
     def channel(self) -> grpc.Channel:
@@ -126,14 +159,32 @@ class Target:
 
 
 def resolve_target(address: str | None, token: str | None, data_dir: str | os.PathLike | None = ".praxon") -> Target:
-    """Flags first, then PRAXON_ADDRESS / PRAXON_TOKEN, then what `praxon up` recorded in data_dir."""
-    up = read_up_state(data_dir)
+    """Flags first, then PRAXON_ADDRESS / PRAXON_TOKEN, then what a running `praxon up` recorded (find_up_state).
+    The target is remembered (last_target) so that a failure to reach it can say where the address came from."""
+    global last_target
+    up, up_file = find_up_state(data_dir)
+    source = ("--address" if address else "PRAXON_ADDRESS" if os.environ.get("PRAXON_ADDRESS") else
+              up_file if up.get("address") else f"the default {DEFAULT_ADDRESS}")
     address = address or os.environ.get("PRAXON_ADDRESS") or up.get("address") or DEFAULT_ADDRESS
     token = token or os.environ.get("PRAXON_TOKEN") or up.get("token")
     if not token:
-        raise SystemExit("no API token: pass --token, set PRAXON_TOKEN, or run `praxon up` here first "
+        raise SystemExit("no API token: pass --token, set PRAXON_TOKEN, or run `praxon up` first "
                          "(`praxon token create --tenant NAME` prints a new one)")
-    return Target(address, token)
+    last_target = Target(address, token, source=source)
+    return last_target
+
+
+last_target: Target | None = None  # the target the running command resolved (for its error message)
+
+
+def unreachable_hint(err: BaseException) -> str:
+    """For a call that could not reach the platform (UNAVAILABLE): which address was tried, where it came from,
+    and how to set it; "" for any other error."""
+    code = getattr(err, "code", None)
+    if last_target is None or not callable(code) or code() != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    return (f" (tried {last_target.address}, from {last_target.source}; set the address with --address or "
+            f"PRAXON_ADDRESS, or start the platform with `praxon up`)")
 
 
 # ---------------------------------------------------------------------------------------------- retries
