@@ -1,14 +1,28 @@
-"""Writes helm/praxon/values.schema.json. The schema is the source here; edit this file, run it, commit both
-(tests/deploy/test_chart_schema.py fails when the two differ).
+"""Writes helm/praxon/values.schema.json and helm/praxon/catalog.yaml from this file and services/catalog.py: the
+services, job queues and serving settings the chart deploys come from the code (a new service adds no chart lines;
+run this and commit both files; tests/deploy fails when they differ from what it writes).
 
     .venv/bin/python helm/tools/gen_schema.py
 """
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "praxon" / "values.schema.json"
+CHART = Path(__file__).resolve().parents[1] / "praxon"
+OUT = CHART / "values.schema.json"
+CATALOG_OUT = CHART / "catalog.yaml"
+sys.path.insert(0, str(CHART.parents[1]))  # the repository: services.catalog
+
+from services import catalog  # noqa: E402
+
+
+def serving_sections() -> list[str]:
+    """Services whose settings have a serving queue bound (max_queued): config.serving.<name>.maxQueued."""
+    from services.common.spec import resolve
+
+    return [s.name for s in catalog.SPECS if s.settings and "max_queued" in resolve(s.settings).model_fields]
 
 
 def obj(props: dict, desc: str = "", required: list[str] | None = None, **extra) -> dict:
@@ -111,7 +125,7 @@ definitions = {
         "podAnnotations": ref("stringMap"), "podLabels": ref("stringMap"),
         "nodeSelector": ref("stringMap"), "tolerations": ref("tolerations"), "affinity": free("Affinity"),
         "extraEnvVars": ref("envVars"),
-    }, "A gRPC service (`praxon serve <name>`)", required=["enabled"]),
+    }, "A gRPC service (`praxon serve <name>`)"),
     "worker": obj({
         "enabled": b("Run a worker for this queue"),
         "replicaCount": ref("replicas"),
@@ -124,7 +138,8 @@ definitions = {
         "podAnnotations": ref("stringMap"),
         "livenessProbe": free("Custom liveness probe (Probe object)"),
         "extraEnvVars": ref("envVars"),
-    }, "A job worker (`praxon worker --queues <queue>`)", required=["enabled"]),
+        "terminationGracePeriodSeconds": i("Seconds a worker gets to finish its current job step on shutdown"),
+    }, "A job worker (`praxon worker --queues <queue>`)"),
     "inferenceService": obj({
         "name": {**K8S_NAME, "maxLength": 45, "description": "InferenceService name (DNS label, <= 45 chars)"},
         "predictor": {**K8S_NAME, "description": "praxon predictor kind (services/catalog.py)"},
@@ -189,7 +204,7 @@ schema = {
                 "maxActivePerTenantKind": i("Unfinished jobs per tenant and kind (0: no limit)"),
             }),
             "serving": obj({name: obj({"maxQueued": i("Queued requests beyond the running ones", minimum=1)})
-                            for name in ("moderation", "recommendation", "generation")}),
+                            for name in serving_sections()}),
         }, "Non-secret PRAXON_* settings"),
         "database": obj({"url": s("External PostgreSQL URL", pattern="^(postgres(ql)?://.*)?$"),
                          "existingSecret": s("Existing Secret"), "existingSecretKey": s("Key", minLength=1)}),
@@ -223,12 +238,12 @@ schema = {
         "tmpVolume": obj({"sizeLimit": ref("quantity")}),
         "grpcProbes": obj({"liveness": ref("probeTiming"), "readiness": ref("probeTiming"),
                            "startup": ref("probeTiming")}),
-        "services": {"type": "object", "description": "gRPC services by name (services/catalog.py)",
-                     "propertyNames": K8S_NAME, "additionalProperties": ref("service")},
-        "workerDefaults": obj({"resources": ref("resources"),
-                               "terminationGracePeriodSeconds": i("Grace period")}),
-        "workers": {"type": "object", "description": "Workers by queue (queues of the job kinds in services/catalog.py)",
-                    "propertyNames": K8S_NAME, "additionalProperties": ref("worker")},
+        "serviceDefaults": ref("service", "What every gRPC service takes unless its services.<name> entry says otherwise"),
+        "services": {"type": "object", "description": "Per service of services/catalog.py: keys of serviceDefaults",
+                     "propertyNames": {"enum": catalog.names()}, "additionalProperties": ref("service")},
+        "workerDefaults": ref("worker", "What every worker takes unless its workers.<queue> entry says otherwise"),
+        "workers": {"type": "object", "description": "Per job queue of services/catalog.py: keys of workerDefaults",
+                    "propertyNames": {"enum": list(catalog.queues())}, "additionalProperties": ref("worker")},
         "migrations": obj({"enabled": b("Run the hook"), "backoffLimit": i("Retries"),
                            "activeDeadlineSeconds": i("Deadline", minimum=1), "resources": ref("resources"),
                            "podAnnotations": ref("stringMap")}),
@@ -269,6 +284,16 @@ def render() -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+def render_catalog() -> str:
+    """helm/praxon/catalog.yaml: what the templates deploy (services.yaml, workers.yaml, the ConfigMap)."""
+    lines = ["# Written by helm/tools/gen_schema.py from services/catalog.py; do not edit.",
+             "services: [" + ", ".join(catalog.names()) + "]",
+             "queues: [" + ", ".join(catalog.queues()) + "]",
+             "serving: [" + ", ".join(serving_sections()) + "]"]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     OUT.write_text(render())
-    print(f"wrote {OUT}")
+    CATALOG_OUT.write_text(render_catalog())
+    print(f"wrote {OUT} and {CATALOG_OUT}")

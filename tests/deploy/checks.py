@@ -6,7 +6,10 @@ import argparse
 import contextlib
 import io
 
+import yaml
+
 from tests.deploy.chartlib import (
+    CHART,
     Container,
     by_kind,
     container_env,
@@ -19,10 +22,7 @@ from tests.deploy.chartlib import (
     settings_for,
 )
 
-HOW_TO_ADD_SERVICE = ("add `services.{name}` to helm/praxon/values.yaml (copy the services.platform block and its "
-                      "`## @param services.platform.*` lines, renamed)")
-HOW_TO_ADD_QUEUE = ("add `workers.{name}` to helm/praxon/values.yaml (copy the workers.default block and its "
-                    "`## @param workers.default.*` lines, renamed)")
+REGENERATE = "run `.venv/bin/python helm/tools/gen_schema.py` and commit helm/praxon/catalog.yaml and values.schema.json"
 
 
 # ------------------------------------------------------------------------------------------------ code <-> chart
@@ -171,32 +171,36 @@ def check_ports(docs: list[dict]) -> list[str]:
 
 
 def check_coverage(values: dict, docs: list[dict]) -> list[str]:
-    """Every service in SERVICES and queue in QUEUES has a chart entry (and a Deployment when enabled); every chart
-    entry exists in the code."""
+    """The chart deploys what services/catalog.py declares: its catalog.yaml lists every service and queue of the
+    code and nothing else (it is generated); every enabled one (serviceDefaults / workerDefaults, then its entry)
+    has a Deployment; every per-service or per-queue entry names one that exists."""
     from services import catalog
 
     SERVICES, QUEUES = catalog.names(), catalog.queues()
-
+    listed = yaml.safe_load((CHART / "catalog.yaml").read_text())
     problems = []
     deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
-    for name in SERVICES:
-        entry = values.get("services", {}).get(name)
-        if entry is None:
-            problems.append(f"service {name!r} is in services/catalog.py but the chart has no entry: "
-                            + HOW_TO_ADD_SERVICE.format(name=name))
-        elif entry.get("enabled") and f"{fullname()}-{name}" not in deployments:
+    for what, code, chart in (("service", SERVICES, listed["services"]), ("queue", QUEUES, listed["queues"])):
+        for name in code:
+            if name not in chart:
+                problems.append(f"{what} {name!r} is in services/catalog.py but not in helm/praxon/catalog.yaml: "
+                                + REGENERATE)
+        for name in chart:
+            if name not in code:
+                problems.append(f"helm/praxon/catalog.yaml lists {what} {name!r}, which services/catalog.py does not "
+                                "declare: " + REGENERATE)
+    for name in listed["services"]:
+        entry = {**values.get("serviceDefaults", {}), **(values.get("services", {}).get(name) or {})}
+        if entry.get("enabled") and f"{fullname()}-{name}" not in deployments:
             problems.append(f"service {name!r} is enabled but no Deployment {fullname()}-{name} was rendered")
+    for q in listed["queues"]:
+        entry = {**values.get("workerDefaults", {}), **(values.get("workers", {}).get(q) or {})}
+        if entry.get("enabled") and f"{fullname()}-worker-{q}" not in deployments:
+            problems.append(f"queue {q!r} is enabled but no Deployment {fullname()}-worker-{q} was rendered")
     for name in values.get("services", {}):
         if name not in SERVICES:
             problems.append(f"chart entry services.{name} is not a service of services/catalog.py "
                             f"({', '.join(SERVICES)}): remove it or register the service")
-    for q in QUEUES:
-        entry = values.get("workers", {}).get(q)
-        if entry is None:
-            problems.append(f"queue {q!r} is a job queue in services/catalog.py but the chart has no worker entry: "
-                            + HOW_TO_ADD_QUEUE.format(name=q))
-        elif entry.get("enabled") and f"{fullname()}-worker-{q}" not in deployments:
-            problems.append(f"queue {q!r} is enabled but no Deployment {fullname()}-worker-{q} was rendered")
     for q in values.get("workers", {}):
         if q not in QUEUES:
             problems.append(f"chart entry workers.{q} is not a queue of any job kind in services/catalog.py")

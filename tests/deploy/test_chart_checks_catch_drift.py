@@ -1,9 +1,11 @@
 """The checks in test_chart_render fail when the chart and the code drift apart (a check that cannot fail is a
 defect): each test breaks one thing on purpose and expects the problem, named, in the report."""
 import copy
+from pathlib import Path
 
 import pytest
 
+from services import catalog
 from tests.deploy import checks
 from tests.deploy.chartlib import (
     EXTERNAL,
@@ -19,8 +21,7 @@ from tests.deploy.validators import (
     servicemonitor_validate,
 )
 
-BASE = deep_merge(EXTERNAL, {"workers": {q: {"enabled": False} for q in
-                                         ("training", "distillation", "calibration", "unlearning", "audit")}})
+BASE = deep_merge(EXTERNAL, {"workers": {q: {"enabled": False} for q in catalog.queues() if q != "default"}})
 
 
 @pytest.fixture(scope="module")
@@ -71,32 +72,67 @@ def test_a_cli_command_that_does_not_exist_is_reported():
     assert any("livenessProbe runs `praxon health --worker`, not a praxon command" in p for p in problems), problems
 
 
-def test_a_service_in_the_code_without_a_chart_entry_is_reported(base_docs, monkeypatch):
-    from services import catalog
+def test_a_service_in_the_code_the_chart_catalog_lacks_is_reported(base_docs, monkeypatch):
+    from services.common.spec import JobKind, ServiceSpec
+
+    imaginary = ServiceSpec("imaginary", "services.imaginary.api:register",
+                            job_kinds={"imaginary.x": JobKind("gpu-big", "services.imaginary.jobs:run")})
+    monkeypatch.setattr(catalog, "SPECS", [*catalog.SPECS, imaginary])
+    problems = checks.check_coverage(deep_merge(values_yaml(), BASE), base_docs)
+    assert problems == [
+        "service 'imaginary' is in services/catalog.py but not in helm/praxon/catalog.yaml: " + checks.REGENERATE,
+        "queue 'gpu-big' is in services/catalog.py but not in helm/praxon/catalog.yaml: " + checks.REGENERATE]
+
+
+def test_the_generator_adds_a_new_service_without_chart_lines(monkeypatch):
+    """Adding a service to the catalog is all it takes: the generated catalog.yaml and schema name it, and the
+    templates then render its Deployment and Service from serviceDefaults (a copy of the chart, rendered here)."""
+    import importlib.util
+    import shutil
+    import tempfile
+
+    import helm_python
+    import yaml
+
     from services.common.spec import ServiceSpec
+    from tests.deploy import chartlib
 
     monkeypatch.setattr(catalog, "SPECS", [*catalog.SPECS, ServiceSpec("imaginary", "services.imaginary.api:register")])
-    problems = checks.check_coverage(deep_merge(values_yaml(), BASE), base_docs)
-    assert problems == ["service 'imaginary' is in services/catalog.py but the chart has no entry: "
-                        + checks.HOW_TO_ADD_SERVICE.format(name="imaginary")]
+    spec = importlib.util.spec_from_file_location("gen_schema", chartlib.CHART.parent / "tools" / "gen_schema.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy_dir = Path(shutil.copytree(chartlib.CHART, f"{tmp}/praxon"))
+        (copy_dir / "catalog.yaml").write_text(gen.render_catalog())
+        (copy_dir / "values.schema.json").write_text(gen.render())
+        out = helm_python.Chart.load(str(copy_dir)).render(BASE, name=chartlib.RELEASE,
+                                                           namespace=chartlib.NAMESPACE, is_install=True)
+    docs = [d for path, text in out.items() if not path.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    made = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert {("Deployment", f"{fullname()}-imaginary"), ("Service", f"{fullname()}-imaginary")} <= made, sorted(made)
+    deployment = next(d for d in docs if d["metadata"]["name"] == f"{fullname()}-imaginary" and d["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"] == ["serve", "imaginary"]
 
 
-def test_a_chart_service_or_queue_the_code_lacks_is_reported(monkeypatch):
-    values = deep_merge(BASE, {"services": {"search": {"enabled": True}}, "workers": {"gpu-big": {"enabled": True}}})
-    docs = render(values)
-    merged = deep_merge(values_yaml(), values)
-    coverage = checks.check_coverage(merged, docs)
+def test_a_chart_entry_for_a_service_or_queue_the_code_lacks_is_refused_or_reported(base_docs, monkeypatch):
+    # the schema (generated from the catalog) refuses the entry when the chart is rendered
+    with pytest.raises(Exception, match="search"):
+        render(deep_merge(BASE, {"services": {"search": {"enabled": True}}}))
+    with pytest.raises(Exception, match="gpu-big"):
+        render(deep_merge(BASE, {"workers": {"gpu-big": {"enabled": True}}}))
+    # and the coverage check names it, for values that reach it some other way (a stale schema)
+    merged = deep_merge(values_yaml(), {"services": {"search": {"enabled": True}}, "workers": {"gpu-big": {}}})
+    coverage = checks.check_coverage(merged, base_docs)
     assert any(p.startswith("chart entry services.search is not a service") for p in coverage), coverage
     assert any(p.startswith("chart entry workers.gpu-big is not a queue") for p in coverage), coverage
-    commands = checks.check_commands(docs)
-    assert any("service 'search' is not a service of services/catalog.py" in p for p in commands), commands
-    assert any("queue 'gpu-big' is not a queue of any job kind in services/catalog.py" in p for p in commands), commands
-    # a queue the code drops also loses its chart entry's legitimacy
-    from services import catalog
-
-    known = catalog.queues()
+    # a service or queue the code drops: reported against the generated catalog.yaml, and in the commands
+    names, known = catalog.names(), catalog.queues()
+    monkeypatch.setattr(catalog, "names", lambda: [n for n in names if n != "platform"])
     monkeypatch.setattr(catalog, "queues", lambda: tuple(q for q in known if q != "default"))
-    assert any("workers.default is not a queue" in p for p in checks.check_coverage(merged, docs))
+    assert any("helm/praxon/catalog.yaml lists queue 'default'" in p for p in checks.check_coverage(merged, base_docs))
+    commands = checks.check_commands(base_docs)
+    assert any("service 'platform' is not a service of services/catalog.py" in p for p in commands), commands
+    assert any("queue 'default' is not a queue of any job kind in services/catalog.py" in p for p in commands), commands
 
 
 def test_an_unregistered_predictor_kind_is_reported():

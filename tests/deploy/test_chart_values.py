@@ -115,6 +115,8 @@ def test_the_schema_file_is_what_the_generator_writes():
     spec.loader.exec_module(gen)
     assert (CHART / "values.schema.json").read_text() == gen.render(), \
         "run `.venv/bin/python helm/tools/gen_schema.py` and commit values.schema.json"
+    assert (CHART / "catalog.yaml").read_text() == gen.render_catalog(), \
+        "run `.venv/bin/python helm/tools/gen_schema.py` and commit catalog.yaml"
 
 
 def test_bundled_credentials_are_generated_once_and_shared():

@@ -197,9 +197,9 @@ PRAXON_GRPC__AUTH_NEGATIVE_CACHE_SECONDS: {{ $c.grpc.authNegativeCacheSeconds | 
 PRAXON_JOBS__MAX_ATTEMPTS: {{ $c.jobs.maxAttempts | int64 | quote }}
 PRAXON_JOBS__MAX_ACTIVE_PER_TENANT: {{ $c.jobs.maxActivePerTenant | int64 | quote }}
 PRAXON_JOBS__MAX_ACTIVE_PER_TENANT_KIND: {{ $c.jobs.maxActivePerTenantKind | int64 | quote }}
-PRAXON_MODERATION__MAX_QUEUED: {{ $c.serving.moderation.maxQueued | int64 | quote }}
-PRAXON_RECOMMENDATION__MAX_QUEUED: {{ $c.serving.recommendation.maxQueued | int64 | quote }}
-PRAXON_GENERATION__MAX_QUEUED: {{ $c.serving.generation.maxQueued | int64 | quote }}
+{{- range $name, $serving := $c.serving }}
+PRAXON_{{ upper $name }}__MAX_QUEUED: {{ $serving.maxQueued | int64 | quote }}
+{{- end }}
 PRAXON_S3__ENDPOINT: {{ include "praxon.s3Endpoint" . | quote }}
 PRAXON_S3__BUCKET: {{ $s3.bucket | quote }}
 PRAXON_S3__SECURE: {{ ternary "true" "false" (and (not .Values.minio.enabled) $s3.secure) | quote }}
