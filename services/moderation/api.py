@@ -440,7 +440,8 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
     async def StartDistillationJob(self, request, context):
         tenant = current_tenant()
         extra = self._extra(request, {"teacher_model_version_id", "model_name", "dataset_artifact_id", "format",
-                                      "augment"})
+                                      "augment", "generator_name", "generator_version",
+                                      "generator_model_version_id"})
         raw: dict[str, Any] = {**extra, "model_name": request.model_name or "guard-student",
                                **self._optional(request, ("augment",))}
         paths = {k: f"extra_params.{k}" for k in extra}
@@ -450,9 +451,25 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
                                       "teacher_model")
             self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
             raw["teacher_model_version_id"] = str(row["id"])
+            if request.generator_model.name:
+                raw.update(self._language_model(tenant, request.generator_model, "generator_model"))
+            elif request.HasField("generator_model"):
+                raise InvalidArgument("generator_model.name", "required when a generator model is given")
             return parse_params(mp.DistillParams, raw, field_paths=paths)
         params = await asyncio.to_thread(resolve)
         return pb.StartDistillationJobResponse(job=await self._submit(tenant, "moderation.distill", params, request))
+
+    def _language_model(self, tenant: str, ref, field: str) -> dict[str, Any]:
+        """A generation-service language model of the tenant's registry, pinned: {generator_name, generator_version,
+        generator_model_version_id}."""
+        from services.common.hf import REGISTRY_KIND
+
+        row = self.app.registry.resolve(tenant, ref.name, ref.version, ref.alias, field=field)
+        if row["kind"] != REGISTRY_KIND:
+            raise InvalidArgument(field, f"{ref.name} is a {row['kind']} model, not a language model of the "
+                                  "generation service")
+        return {"generator_name": row["name"], "generator_version": int(row["version"]),
+                "generator_model_version_id": str(row["id"])}
 
     async def StartBiasCertificationJob(self, request, context):
         tenant = current_tenant()
@@ -472,14 +489,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             raise InvalidArgument("generator_model.name", "required: the language model to certify")
 
         def resolve():
-            from services.common.hf import REGISTRY_KIND
-
-            row = self.app.registry.resolve(tenant, gen.name, gen.version, gen.alias, field="generator_model")
-            if row["kind"] != REGISTRY_KIND:
-                raise InvalidArgument("generator_model", f"{gen.name} is a {row['kind']} model, not a language model "
-                                      "of the generation service")
-            raw.update(generator_name=row["name"], generator_version=int(row["version"]),
-                       generator_model_version_id=str(row["id"]))
+            raw.update(self._language_model(tenant, gen, "generator_model"))
             if raw["detector"] == "guard":
                 guard = self.guards.resolve(ref_key(tenant, request.detector_model, self.config.default_guard),
                                             "detector_model")

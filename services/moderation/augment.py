@@ -13,9 +13,16 @@ has another LLM respond to them, and lets the teacher guard label the pairs. Her
                          its prompt ("Sure, I'll walk you through it."): HarmAug labels prompt/response pairs, and a
                          guard that judges a response with its prompt must be imitated on pairs too (without them
                          the student disagreed with the teacher mostly on validation pairs).
-  LMInstructionGenerator the hook for a real generator (e.g. the generation service's LM): any `complete(prompt) ->
-                         str` callable, prompted the HarmAug way; an optional `respond(instruction) -> str` adds
-                         responses. Not wired to a model here.
+  ChatHarmAugGenerator   HarmAug with a real language model (the distillation job passes the generation service's
+                         model, called over gRPC): the instruction prompt as the user's turn, the affirmative prefix
+                         at the START OF THE MODEL'S REPLY (after the model-turn marker, not in the user's turn), as
+                         HarmAug's code does with a chat template; the model continues the reply with a harmful
+                         instruction. A second generation answers each instruction (the instruction as the user's
+                         turn) and the (instruction, response) pair goes to the teacher. For a base model (Gemma 3
+                         270M) both prompts are few-shot: earlier turns show HarmBench behaviours (data/
+                         harmaug_seed_behaviors.json, MIT) as answers to the same instruction prompt, and generic
+                         short replies (PAIR_REPLIES) as answers to requests.
+  LMInstructionGenerator the earlier hook (prefix appended to the prompt text, no turns); kept for its callers.
 
 Generators only produce text; labels always come from the teacher (distill.py). The intents were written for this
 module, not copied from the seed set; `generate(..., exclude=...)` drops any text (or a pair's prompt) equal
@@ -221,4 +228,113 @@ class LMInstructionGenerator:
                 reply = self.respond(text).strip()
                 if reply and reply.casefold() not in banned:
                     out.append(AugmentedText(reply, "response", self.name + ":response"))
+        return out[:n]
+
+
+# ---------------------------------------------------------------------------------------------- HarmAug with an LM
+@dataclass(frozen=True)
+class ChatFormat:
+    """How turns are written into a raw text prompt (the generation service's Generate takes text)."""
+
+    user_start: str
+    user_end: str
+    model_start: str
+    model_end: str
+
+
+CHAT_FORMATS = {
+    # plain transcript (any model)
+    "plain": ChatFormat("User: ", "\n", "Assistant: ", "\n\n"),
+    # Gemma's turns (services.common.hf.GEMMA_CHAT_TEMPLATE; the base model has the turn tokens in its vocabulary)
+    "gemma": ChatFormat("<start_of_turn>user\n", "<end_of_turn>\n", "<start_of_turn>model\n", "<end_of_turn>\n"),
+}
+
+
+def seed_behaviors() -> list[str]:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "harmaug_seed_behaviors.json"
+    return [b["behavior"] for b in json.loads(path.read_text(encoding="utf-8"))["behaviors"]]
+
+
+def render_instruction_prompt(examples: list[str], fmt: ChatFormat) -> str:
+    """Few-shot turns (HarmAug's instruction prompt -> the affirmative prefix and a quoted example), then the
+    instruction prompt as the user's turn and the model's turn opened WITH the affirmative prefix: the prefix is the
+    start of the model's reply, which the model continues."""
+    shots = "".join(f'{fmt.user_start}{HARMAUG_INSTRUCTION_PROMPT}{fmt.user_end}'
+                    f'{fmt.model_start}{HARMAUG_AFFIRMATIVE_PREFIX} "{ex}"{fmt.model_end}' for ex in examples)
+    return f'{shots}{fmt.user_start}{HARMAUG_INSTRUCTION_PROMPT}{fmt.user_end}{fmt.model_start}' \
+           f'{HARMAUG_AFFIRMATIVE_PREFIX} "'
+
+
+def render_response_prompt(instruction: str, examples: list[tuple[str, str]], fmt: ChatFormat) -> str:
+    """Few-shot (request, reply) turns, then the instruction as the user's turn and an open model turn."""
+    shots = "".join(f"{fmt.user_start}{q}{fmt.user_end}{fmt.model_start}{a}{fmt.model_end}" for q, a in examples)
+    return f"{shots}{fmt.user_start}{instruction}{fmt.user_end}{fmt.model_start}"
+
+
+def parse_instruction(continuation: str) -> str:
+    """The instruction the model wrote after the prefix and the opening quote: up to the closing quote (or the end
+    of the line / turn)."""
+    text = continuation.split('"', 1)[0].split("\n", 1)[0].split("<end_of_turn>", 1)[0]
+    return text.strip().strip("'").strip()
+
+
+def parse_response(continuation: str, fmt: ChatFormat) -> str:
+    end = fmt.model_end.strip() or "\n\n"
+    text = continuation.split(end, 1)[0] if end else continuation
+    for marker in (fmt.user_start.strip(), "<start_of_turn>", "<end_of_turn>", "\n\n"):
+        if marker:
+            text = text.split(marker, 1)[0]
+    return text.strip()
+
+
+class ChatHarmAugGenerator:
+    """HarmAug's generator over a language model: `generate(prompts, seeds) -> continuations` (the distillation job
+    passes the generation service's Generate for a registered model; sampling is seeded per request, so a seed
+    gives the same texts). Yields (instruction, response) pairs: the instruction as a prompt-role text, the response
+    as a response-role text with the instruction as its prompt (the teacher labels each, the response in context).
+    Instructions that are empty, shorter than three words, repeated, or excluded are dropped and redrawn, up to
+    `max_rounds` rounds of `batch` prompts."""
+
+    name = "lm/harmaug-chat"
+
+    def __init__(self, generate: Callable[[list[str], list[int]], list[str]], *, fmt: str = "plain", shots: int = 3,
+                 batch: int = 8, max_rounds: int = 8, seeds: list[str] | None = None):
+        self.generate_fn, self.fmt, self.shots, self.batch = generate, CHAT_FORMATS[fmt], shots, batch
+        self.max_rounds = max_rounds
+        self.seeds = list(seeds) if seeds is not None else seed_behaviors()
+        self.rendered: list[str] = []   # the instruction prompts sent (tests, lineage)
+
+    def generate(self, n: int, *, seed: int, exclude: Iterable[str] = ()) -> list[AugmentedText]:
+        rng = random.Random(seed)
+        banned = {t.strip().casefold() for t in exclude} | {t.strip().casefold() for t in self.seeds}
+        instructions: list[str] = []
+        want = -(-n // 2)
+        for rnd in range(self.max_rounds):
+            if len(instructions) >= want:
+                break
+            prompts = [render_instruction_prompt(rng.sample(self.seeds, min(self.shots, len(self.seeds))), self.fmt)
+                       for _ in range(self.batch)]
+            self.rendered += prompts
+            outs = self.generate_fn(prompts, [seed * 1_000_003 + rnd * 1009 + k for k in range(len(prompts))])
+            for o in outs:
+                text = parse_instruction(o)
+                key = text.casefold()
+                if len(text.split()) >= 3 and key not in banned:
+                    banned.add(key)
+                    instructions.append(text)
+        instructions = instructions[:want]
+        if not instructions:
+            return []
+        prompts = [render_response_prompt(ins, [(q, rng.choice(PAIR_REPLIES)) for q in rng.sample(
+            self.seeds, min(self.shots, len(self.seeds)))], self.fmt) for ins in instructions]
+        replies = self.generate_fn(prompts, [seed * 1_000_003 + 999_983 + k for k in range(len(prompts))])
+        out: list[AugmentedText] = []
+        for k, (ins, rep) in enumerate(zip(instructions, replies, strict=True)):
+            out.append(AugmentedText(ins, "prompt", f"{self.name}:{k}:instruction"))
+            reply = parse_response(rep, self.fmt)
+            if reply:
+                out.append(AugmentedText(reply, "response", f"{self.name}:{k}:response", ins))
         return out[:n]

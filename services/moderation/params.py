@@ -136,6 +136,25 @@ class DistillParams(JobParams):
     max_norm: float = Field(1.0, gt=0)
     aux_weight: float = Field(0.5, ge=0)
     seed: StrictInt = 0
+    # HarmAug with a language model of the generation service (augment.ChatHarmAugGenerator); resolved and pinned
+    # by the servicer (name + version, checked against the version id on every answer). None: the template grammar.
+    generator_name: ModelName | None = None
+    generator_version: StrictInt | None = Field(None, ge=1)
+    generator_model_version_id: str | None = Field(None, min_length=1, max_length=64, validate_default=True)
+    generator_format: Literal["plain", "gemma"] = "plain"   # how turns are written (augment.CHAT_FORMATS)
+    generator_shots: StrictInt = Field(3, ge=0, le=14)      # few-shot turns (a base model needs them)
+    generator_temperature: float = Field(1.0, ge=0, le=10)
+    generator_top_k: StrictInt = Field(50, ge=0, le=100_000)
+    generator_max_new_tokens: StrictInt = Field(48, ge=4, le=1024)
+    generator_batch: StrictInt = Field(8, ge=1, le=256)     # instruction prompts sent together per round
+
+    @field_validator("generator_model_version_id")
+    @classmethod
+    def _generator(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if (info.data.get("generator_name") is None) != (v is None) or \
+                (info.data.get("generator_version") is None) != (v is None):
+            raise ValueError("generator_name, generator_version and generator_model_version_id go together")
+        return v
 
     @field_validator("train_plain")
     @classmethod

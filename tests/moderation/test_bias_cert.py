@@ -174,7 +174,7 @@ def stub():
 def certify_over_grpc(address: str, p: BiasCertParams) -> dict:
     from services.moderation.jobs.certify_bias import GenerationClient
 
-    client = GenerationClient(address, "unused", p, concurrency=16)
+    client = GenerationClient.for_bias(address, "unused", p, concurrency=16)
     try:
         outs, _ = bc.certify_samples(list(range(p.samples)), client.generate, seed=p.seed, templates=p.prompts,
                                      groups=p.groups, prefix=bc.PrefixConfig(p.prefix_distribution,

@@ -52,8 +52,9 @@ def revoke_job_token(settings: Any, token_id: str) -> None:
 class GenerationClient:
     """GenerationService.Generate for one pinned model version, over a retrying channel, several calls at once."""
 
-    def __init__(self, address: str, token: str, p: BiasCertParams, *, timeout_s: float = 600.0,
-                 concurrency: int = 16):
+    def __init__(self, address: str, token: str, *, name: str, version: int, expected_version_id: str,
+                 max_new_tokens: int, temperature: float, top_k: int, stop: list[str] | tuple[str, ...] = (),
+                 timeout_s: float = 600.0, concurrency: int = 16):
         import grpc
 
         from praxon.common.v1 import common_pb2
@@ -64,16 +65,22 @@ class GenerationClient:
         self.channel = retrying_channel(address, budget_s=GENERATION_RETRY_BUDGET_S)
         self.stub = generation_pb2_grpc.GenerationServiceStub(self.channel)
         self.metadata = [("authorization", f"Bearer {token}")]
-        self.model = common_pb2.ModelRef(name=p.generator_name, version=p.generator_version)
-        self.expected = p.generator_model_version_id
-        self.p, self.timeout_s = p, timeout_s
-        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bias-gen")
+        self.model = common_pb2.ModelRef(name=name, version=version)
+        self.expected = expected_version_id
+        self.sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, stop=list(stop))
+        self.timeout_s = timeout_s
+        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gen-client")
         self.served: dict[str, Any] = {}
+        self.on_close = None
+
+    @classmethod
+    def for_bias(cls, address: str, token: str, p: BiasCertParams, **kw) -> GenerationClient:
+        return cls(address, token, name=p.generator_name, version=p.generator_version,
+                   expected_version_id=p.generator_model_version_id, max_new_tokens=p.max_new_tokens,
+                   temperature=p.temperature, top_k=p.top_k, stop=p.stop, **kw)
 
     def _one(self, prompt: str, seed: int) -> str:
-        p = self.p
-        sampling = self._pb.SamplingParams(max_new_tokens=p.max_new_tokens, temperature=p.temperature,
-                                           top_k=p.top_k, seed=seed, stop=list(p.stop))
+        sampling = self._pb.SamplingParams(seed=seed, **self.sampling)
         req = self._pb.GenerateRequest(model=self.model, prompt=prompt, sampling=sampling)
         try:
             resp = self.stub.Generate(req, metadata=self.metadata, timeout=self.timeout_s)
@@ -94,6 +101,33 @@ class GenerationClient:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         self.channel.close()
+        if self.on_close is not None:
+            try:
+                self.on_close()
+            except Exception:  # noqa: BLE001 - a job token expires by itself; never mask the job's own outcome
+                pass
+
+
+def connect(ctx: JobContext, build) -> GenerationClient:
+    """A GenerationClient for this job: the address from settings.moderation.generation_address (or this
+    platform's), the token from settings.moderation.generation_token or minted for the job's tenant (revoked when
+    the client closes). `build(address, token, timeout_s)` makes the client."""
+    from services import catalog
+    from services.common.spec import service_settings
+    from services.moderation.settings import ServingConfig
+
+    settings = catalog.settings()
+    cfg = service_settings(settings, "moderation", ServingConfig)
+    address = cfg.generation_address or f"{settings.grpc.host}:{settings.grpc.port}"
+    token_id = None
+    if cfg.generation_token is not None:
+        token = cfg.generation_token.get_secret_value()
+    else:
+        token_id, token = mint_job_token(settings, ctx.tenant_id, ctx.job_id)
+    client = build(address, token, cfg.generation_timeout_s)
+    if token_id is not None:
+        client.on_close = lambda: revoke_job_token(settings, token_id)
+    return client
 
 
 def _error(err: Any) -> PraxonError:
@@ -196,21 +230,10 @@ def run_bias_certification(ctx: JobContext, generate=None) -> dict[str, Any]:
 
     p = parse_params(BiasCertParams, ctx.params, prefix="params.")
     templates = list(p.prompts) or bc.default_prompts()
-    client = token_id = settings = None
+    client = None
     if generate is None:
-        from services import catalog
-        from services.common.spec import service_settings
-        from services.moderation.settings import ServingConfig
-
-        settings = catalog.settings()
-        cfg = service_settings(settings, "moderation", ServingConfig)
-        address = cfg.generation_address or f"{settings.grpc.host}:{settings.grpc.port}"
-        if cfg.generation_token is not None:
-            token = cfg.generation_token.get_secret_value()
-        else:
-            token_id, token = mint_job_token(settings, ctx.tenant_id, ctx.job_id)
-        client = GenerationClient(address, token, p, timeout_s=cfg.generation_timeout_s,
-                                  concurrency=min(64, 2 * p.sets_per_step * len(p.groups)))
+        client = connect(ctx, lambda address, token, timeout_s: GenerationClient.for_bias(
+            address, token, p, timeout_s=timeout_s, concurrency=min(64, 2 * p.sets_per_step * len(p.groups))))
         generate = client.generate
     job = Certification(p, templates, generate)
     try:
@@ -222,8 +245,3 @@ def run_bias_certification(ctx: JobContext, generate=None) -> dict[str, Any]:
     finally:
         if client is not None:
             client.close()
-        if token_id is not None:
-            try:
-                revoke_job_token(settings, token_id)
-            except Exception:  # noqa: BLE001 - the token expires by itself; never mask the job's own outcome
-                pass

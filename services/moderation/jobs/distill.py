@@ -164,11 +164,15 @@ class Distillation:
                 "metrics": metrics, "student_fingerprint": student.fingerprint(), "augmented": bool(n_aug)}
 
 
-def run_distillation(ctx: JobContext) -> dict[str, Any]:
+def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
     """params: DistillParams. Teacher = the registered guard `teacher_model_version_id`. Steps (Distillation, under
     run_steps): teacher labels for train + augmented + validation texts; the plain student (train rows only) and the
     HarmAug student (train + augmented rows), an epoch a step; F1 / AUPRC (unsafe) of teacher, plain and augmented
-    students on the validation split; registers the augmented student (kind "guard.student") with the metrics."""
+    students on the validation split; registers the augmented student (kind "guard.student") with the metrics.
+    With a generator in the params, the augmented texts are HarmAug's (instruction, response) pairs written by that
+    language model (lm_generator; `generate` replaces its gRPC client in process); else the template grammar.
+    The texts are generated before the steps, with seeded sampling: a resumed job regenerates them, and its
+    checkpoint is used only if they came out the same (run_steps' fingerprint covers every text)."""
     from services.moderation.augment import TemplateGenerator
 
     p = parse_params(DistillParams, ctx.params, prefix="params.")
@@ -176,9 +180,43 @@ def run_distillation(ctx: JobContext) -> dict[str, Any]:
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
-    gen = TemplateGenerator()
     n_gen = p.effective_n_augment
-    aug = gen.generate(n_gen, seed=p.augment_seed, exclude=[r.text for r in rows]) if n_gen else []
-    job = Distillation(p, train, val, aug, gen.name)
+    client = None
+    if p.generator_name is not None and n_gen:
+        gen, client = lm_generator(ctx, p, generate)
+    else:
+        gen = TemplateGenerator()
+    try:
+        if n_gen:
+            ctx.progress(0.0, f"augmenting with {gen.name}")
+        aug = gen.generate(n_gen, seed=p.augment_seed, exclude=[r.text for r in rows]) if n_gen else []
+    finally:
+        if client is not None:
+            client.close()
+    name = gen.name if p.generator_name is None else f"{gen.name}:{p.generator_name}:{p.generator_version}"
+    job = Distillation(p, train, val, aug, name)
     return run_steps(ctx, job, checkpoint_every=_DIST_CKPT_EVERY, message=job.message, progress_span=(0.0, 0.95),
                      fingerprint=job.fingerprint())
+
+
+def lm_generator(ctx: JobContext, p: DistillParams, generate=None):
+    """HarmAug's generator over the registered language model the params pin (augment.ChatHarmAugGenerator): its
+    two generations go to the generation service over gRPC (jobs.certify_bias.GenerationClient: the job's tenant,
+    the pinned version), unless `generate(prompts, seeds) -> texts` is given (in-process use). -> (generator, client
+    to close or None)."""
+    from services.moderation.augment import CHAT_FORMATS, ChatHarmAugGenerator
+
+    client = None
+    if generate is None:
+        from services.moderation.jobs.certify_bias import GenerationClient, connect
+
+        fmt = CHAT_FORMATS[p.generator_format]
+        stop = sorted({m for m in (fmt.model_end.strip(), fmt.user_start.strip()) if m} | {"\n\n"})
+        client = connect(ctx, lambda address, token, timeout_s: GenerationClient(
+            address, token, name=p.generator_name, version=p.generator_version,
+            expected_version_id=p.generator_model_version_id, max_new_tokens=p.generator_max_new_tokens,
+            temperature=p.generator_temperature, top_k=p.generator_top_k, stop=stop, timeout_s=timeout_s,
+            concurrency=2 * p.generator_batch))
+        generate = client.generate
+    gen = ChatHarmAugGenerator(generate, fmt=p.generator_format, shots=p.generator_shots, batch=p.generator_batch)
+    return gen, client

@@ -351,7 +351,7 @@ class StartCalibrationJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class StartDistillationJobRequest(_message.Message):
-    __slots__ = ("teacher_model", "dataset_artifact_id", "format", "model_name", "augment", "extra_params", "idempotency_key")
+    __slots__ = ("teacher_model", "dataset_artifact_id", "format", "model_name", "augment", "extra_params", "idempotency_key", "generator_model")
     TEACHER_MODEL_FIELD_NUMBER: _ClassVar[int]
     DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +359,7 @@ class StartDistillationJobRequest(_message.Message):
     AUGMENT_FIELD_NUMBER: _ClassVar[int]
     EXTRA_PARAMS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     teacher_model: _common_pb2.ModelRef
     dataset_artifact_id: str
     format: DatasetFormat
@@ -366,7 +367,8 @@ class StartDistillationJobRequest(_message.Message):
     augment: bool
     extra_params: _struct_pb2.Struct
     idempotency_key: str
-    def __init__(self, teacher_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., dataset_artifact_id: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., model_name: _Optional[str] = ..., augment: _Optional[bool] = ..., extra_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    generator_model: _common_pb2.ModelRef
+    def __init__(self, teacher_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., dataset_artifact_id: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., model_name: _Optional[str] = ..., augment: _Optional[bool] = ..., extra_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., generator_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ...) -> None: ...
 
 class StartDistillationJobResponse(_message.Message):
     __slots__ = ("job",)
