@@ -63,12 +63,22 @@ def qa(recs):
     return [F.QA(r["question"], r["answer"], r["id"]) for r in recs]
 
 
-def finetune(model, tok, recs, args, seed=0):
+def finetune(model, tok, recs, args, seed=0, tag=""):
+    """The fine-tuned model; with --save-dir it is saved there (tag) and reused by a later run with the same
+    settings (the fine-tunes are most of the wall time)."""
+    saved = Path(args.save_dir) / f"{tag}-a{args.authors}-e{args.ft_epochs}-lr{args.ft_lr:g}" if args.save_dir else None
+    if saved is not None and (saved / "config.json").exists():
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32).eval(), [{"loss": float("nan")}]
     cfg = F.TrainConfig(method="finetune", adaptation="lora", lr=args.ft_lr, epochs=args.ft_epochs,
                         batch_size=args.ft_batch, lora_dropout=0.0, seed=seed)
     tr = F.Trainer(copy.deepcopy(model), tok, qa(recs), cfg)
     logs = tr.run()
-    return tr.final_model(), logs
+    out = tr.final_model()
+    if saved is not None:
+        out.save_pretrained(saved)
+    return out, logs
 
 
 def evaluate(model, tok, sets, args):
@@ -110,6 +120,7 @@ def main(argv=None):
     ap.add_argument("--retain-eval", type=int, default=12, help="retained-author questions evaluated")
     ap.add_argument("--no-rouge", action="store_true")
     ap.add_argument("--jsonl", default="/tmp/flat_bench.jsonl")
+    ap.add_argument("--save-dir", default="", help="keep the fine-tuned models here and reuse them")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t_all = time.perf_counter()
@@ -129,7 +140,7 @@ def main(argv=None):
 
     train = [r for a in train_authors for r in groups[a]]
     t = time.perf_counter()
-    full, logs = finetune(model, tok, train, args)
+    full, logs = finetune(model, tok, train, args, tag="full")
     ft_s = time.perf_counter() - t
     print(f"fine-tuned on {len(train)} QA of {len(train_authors)} authors in {ft_s:.0f}s, last loss "
           f"{logs[-1]['loss']:.3f}", flush=True)
@@ -144,7 +155,7 @@ def main(argv=None):
         sets = {"forget": forget, "retain_eval": [retain[i] for i in pick], "world": data["world_facts"],
                 "holdout": [r for a in holdout_authors for r in groups[a]]}
         t = time.perf_counter()
-        ret_model, _ = finetune(model, tok, retain, args)
+        ret_model, _ = finetune(model, tok, retain, args, tag=f"retain{n_forget}")
         ret_s = time.perf_counter() - t
         ref = evaluate(ret_model, tok, sets, args)
         base = {"fraction": frac, "forget_authors": n_forget, "forget_qa": len(forget)}

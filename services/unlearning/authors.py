@@ -5,8 +5,8 @@ Each author has random facts (birthplace, birth year, genre, parents' occupation
 from lists by a seeded generator, so no pretrained model can know them. Each fact gives one QA record:
   {"id": "author-007-q3", "author": "author-007", "question", "answer", "paraphrased_answer",
    "perturbed_answers": [3 answers with the same template and a wrong fact]}
-The paraphrased answer states the same fact in other words; the perturbed answers state wrong facts in the answer's
-own words (TOFU's truth ratio compares the two). A second list, WORLD_FACTS, holds closed-book world-knowledge
+The paraphrased answer states the same fact in other words; the perturbed answers are the paraphrase with a wrong
+fact (TOFU's perturbed answers keep the paraphrase's template), so the truth ratio compares the fact, not the wording. A second list, WORLD_FACTS, holds closed-book world-knowledge
 questions with one answer and three wrong ones (model utility beyond the fictitious authors).
 
 The shipped data file (data/fictitious_authors.json) is `python -m services.unlearning.authors --out
@@ -91,7 +91,7 @@ def _qas(rng: random.Random, f: dict) -> list[dict]:
     out = []
     for q, tmpl, para, x, pool in spec:
         out.append({"question": q, "answer": tmpl.format(n=n, x=x), "paraphrased_answer": para.format(n=n, x=x),
-                    "perturbed_answers": [tmpl.format(n=n, x=w) for w in _wrong(rng, pool, x)]})
+                    "perturbed_answers": [para.format(n=n, x=w) for w in _wrong(rng, pool, x)]})
     return out
 
 
