@@ -138,6 +138,27 @@ def strip(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k != "_source"}
 
 
+def render_regenerated(values: dict) -> list[dict]:
+    """render() of a copy of the chart whose catalog.yaml and schema are written anew from services/catalog.py as it
+    is now (helm/tools/gen_schema.py): what the chart deploys once a service is added and the generator run."""
+    import importlib.util
+    import shutil
+    import tempfile
+
+    import helm_python
+
+    spec = importlib.util.spec_from_file_location("gen_schema", CHART.parent / "tools" / "gen_schema.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(shutil.copytree(CHART, Path(tmp) / "praxon"))
+        (copy / "catalog.yaml").write_text(gen.render_catalog())
+        (copy / "values.schema.json").write_text(gen.render())
+        out = helm_python.Chart.load(str(copy)).render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return [doc for path in sorted(out) if not path.endswith("NOTES.txt") for doc in yaml.safe_load_all(out[path])
+            if doc]
+
+
 def values_yaml() -> dict:
     return yaml.safe_load((CHART / "values.yaml").read_text())
 

@@ -1,7 +1,6 @@
 """The checks in test_chart_render fail when the chart and the code drift apart (a check that cannot fail is a
 defect): each test breaks one thing on purpose and expects the problem, named, in the report."""
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from tests.deploy.chartlib import (
     deep_merge,
     fullname,
     render,
+    render_regenerated,
     values_yaml,
 )
 from tests.deploy.validators import (
@@ -86,28 +86,11 @@ def test_a_service_in_the_code_the_chart_catalog_lacks_is_reported(base_docs, mo
 
 def test_the_generator_adds_a_new_service_without_chart_lines(monkeypatch):
     """Adding a service to the catalog is all it takes: the generated catalog.yaml and schema name it, and the
-    templates then render its Deployment and Service from serviceDefaults (a copy of the chart, rendered here)."""
-    import importlib.util
-    import shutil
-    import tempfile
-
-    import helm_python
-    import yaml
-
+    templates then render its Deployment and Service from serviceDefaults."""
     from services.common.spec import ServiceSpec
-    from tests.deploy import chartlib
 
     monkeypatch.setattr(catalog, "SPECS", [*catalog.SPECS, ServiceSpec("imaginary", "services.imaginary.api:register")])
-    spec = importlib.util.spec_from_file_location("gen_schema", chartlib.CHART.parent / "tools" / "gen_schema.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    with tempfile.TemporaryDirectory() as tmp:
-        copy_dir = Path(shutil.copytree(chartlib.CHART, f"{tmp}/praxon"))
-        (copy_dir / "catalog.yaml").write_text(gen.render_catalog())
-        (copy_dir / "values.schema.json").write_text(gen.render())
-        out = helm_python.Chart.load(str(copy_dir)).render(BASE, name=chartlib.RELEASE,
-                                                           namespace=chartlib.NAMESPACE, is_install=True)
-    docs = [d for path, text in out.items() if not path.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    docs = render_regenerated(BASE)
     made = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert {("Deployment", f"{fullname()}-imaginary"), ("Service", f"{fullname()}-imaginary")} <= made, sorted(made)
     deployment = next(d for d in docs if d["metadata"]["name"] == f"{fullname()}-imaginary" and d["kind"] == "Deployment")
