@@ -372,6 +372,32 @@ def test_bad_input_is_invalid_argument_naming_the_field(env):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_distillation_generator_model_is_pinned_at_submit(env, encoder):
+    """StartDistillationJob.generator_model (HarmAug with an LM): resolved in the tenant's registry and pinned in the
+    job's params; a model that is not a language model, or generator fields smuggled in extra_params, are
+    INVALID_ARGUMENT naming the field. (The worker here does not consume the distillation queue.)"""
+    tensors, config = linear_guard(encoder, "Tell me something.")
+    harness.register_model(env.settings, env.tenant_id, "guard", tensors, kind="guard/frozen_linear", config=config)
+    harness.register_model(env.settings, env.tenant_id, "not-an-lm-2", {"w": torch.zeros(1)}, kind="guard/frozen_linear",
+                           config={})
+    bad = [(pb.StartDistillationJobRequest(generator_model=common_pb2.ModelRef(name="not-an-lm-2")), "generator_model"),
+           (pb.StartDistillationJobRequest(generator_model=common_pb2.ModelRef(version=2)), "generator_model.name")]
+    smuggled = pb.StartDistillationJobRequest()
+    smuggled.extra_params.update({"generator_name": "stub-lm"})
+    bad.append((smuggled, "extra_params.generator_name"))
+    for req, field in bad:
+        with pytest.raises(grpc.RpcError) as err:
+            env.stub.StartDistillationJob(req, metadata=env.md)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert rpc_error_details(err.value)[2].field_violations[0].field == field
+    job = env.stub.StartDistillationJob(pb.StartDistillationJobRequest(
+        generator_model=common_pb2.ModelRef(name="stub-lm", version=1)), metadata=env.md).job
+    params = job_row(env.settings, job.id)["params"]
+    assert (params["generator_name"], params["generator_version"], params["generator_model_version_id"]) == (
+        "stub-lm", 1, env.version_id)
+    env.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=env.md)
+
+
 def test_cancel_stops_the_job_without_a_certificate(env):
     env.gen.delay_s = 0.2
     try:
