@@ -1,4 +1,4 @@
--- LLMCert-B bias certificates (issue 34): one row per succeeded moderation.certify_bias job, inserted by the job
+-- LLMCert-B bias certificates (issue 34): one row per succeeded bias certification job, inserted by the job
 -- kind's on_finish hook in the job's finishing transaction (services/moderation/bias_store.py). Tenant-scoped and
 -- insert-only: UPDATE, DELETE and TRUNCATE raise, so a certificate can never be rewritten. It names the generator
 -- version it certifies (the version the generation service served, checked on every response).
