@@ -21,6 +21,10 @@ Losses (no grpc, no registry; the job around them is llm_jobs.py):
         Pearson                    -x                                 / -(x^2/4 + x)
         Neyman                     -(1 - exp(x))                      / -(2 - 2 sqrt(1 - x))
         Jensen-Shannon             log(1 + exp(-x)) - log 2           / -(x + log(1 + exp(-x))) + log 2
+    With P in [0, 1], descent lowers P_f and raises P_e for Total-Variation, KL, Jeffrey, Pearson and Jensen-Shannon;
+    the code's Reverse-KL ("remove log") and Squared-Hellinger pairs have both derivatives of the other sign (descent
+    raises the forget answer's probability), and its Neyman pair lowers P_e too. We keep the pairs exactly as
+    published (tests/unlearning/test_flat.py pins these signs); use the first five.
     No retain data, no reference model. The template answer of each forget question is drawn from a list of
     "I don't know"-style answers, afresh at every visit (the code samples one in the dataset's __getitem__).
   Gradient ascent (`grad_ascent_loss`): minus the model's mean cross-entropy over the answer tokens of the batch.
