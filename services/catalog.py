@@ -6,11 +6,13 @@ kinds are found (job_kind, job_kinds, queues: read from SPECS at each call, noth
 Settings.extra_services adds specs from elsewhere (tests, plugins)."""
 from __future__ import annotations
 
-from pydantic import Field, create_model
+from typing import TYPE_CHECKING
 
 from services import design, generation, moderation, platform, recommendation, unlearning
-from services.common.settings import Settings as BaseSettings
 from services.common.spec import JobKind, ServiceSpec, resolve
+
+if TYPE_CHECKING:  # (pydantic-settings is imported when settings are built, not by `praxon --help`)
+    from services.common.settings import Settings as BaseSettings
 
 SPECS: list[ServiceSpec] = [
     platform.SPEC,
@@ -88,6 +90,10 @@ def queues() -> tuple[str, ...]:
 
 def settings_class() -> type[BaseSettings]:
     """Settings with every service's typed section (PRAXON_<SERVICE>__<FIELD>)."""
+    from pydantic import Field, create_model
+
+    from services.common.settings import Settings as BaseSettings
+
     sections = {s.name: (resolve(s.settings), Field(default_factory=resolve(s.settings))) for s in SPECS if s.settings}
     return create_model("Settings", __base__=BaseSettings, **sections)
 

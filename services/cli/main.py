@@ -3,7 +3,6 @@ adds its own commands (its spec's `cli` module, see services/catalog.py)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import importlib
 import json
@@ -24,6 +23,8 @@ def _settings(data_dir: str | None = None):
 
 
 def cmd_serve(args) -> None:
+    import asyncio
+
     from services.cli.serve import serve
 
     settings = _settings()

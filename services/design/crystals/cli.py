@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from praxon.design.v1 import crystals_pb2 as pb
-from praxon.design.v1 import crystals_pb2_grpc
-from services.common.client import Target, model_ref, resolve_target, upload, wait_for_success
+if TYPE_CHECKING:  # (imported where used, so that `praxon --help` loads no grpc)
+    from praxon.design.v1 import crystals_pb2 as pb, crystals_pb2_grpc
+    from services.common.client import Target
 
 # The demo trains on the built-in real structures with the CPU setting (the training job's defaults: a few minutes
 # on two cores); the paper trains for hours on a GPU with T = 1000 (`train --gpu`: jobs.GPU_TRAIN).
@@ -21,15 +22,22 @@ GROUP_COLUMNS = ("group", "asked", "made", "matched")
 
 
 def _stub(target: Target) -> crystals_pb2_grpc.CrystalServiceStub:
+    from praxon.design.v1 import crystals_pb2_grpc
+
     return crystals_pb2_grpc.CrystalServiceStub(target.channel())
 
 
 def _target(args) -> Target:
+    from services.common.client import resolve_target
+
     return resolve_target(args.address, args.token, args.data_dir)
 
 
 def import_crystals(target: Target, *, files: list[Path] = (), builtin: bool = False, options: dict | None = None,
                     out=None) -> str:
+    from praxon.design.v1 import crystals_pb2 as pb
+    from services.common.client import upload, wait_for_success
+
     out = out or sys.stdout
     req = pb.StartImportCrystalsJobRequest(builtin=builtin, **(options or {}))
     for f in files:
@@ -49,6 +57,9 @@ def import_crystals(target: Target, *, files: list[Path] = (), builtin: bool = F
 
 
 def train(target: Target, dataset: str, name: str, params: dict, *, remove_symmetry: bool = False, out=None):
+    from praxon.design.v1 import crystals_pb2 as pb
+    from services.common.client import wait_for_success
+
     out = out or sys.stdout
     req = pb.StartCrystalTrainingJobRequest(dataset_artifact_id=dataset, model_name=name,
                                             remove_symmetry=remove_symmetry, params=pb.CrystalTrainingParams(**params))
@@ -65,6 +76,9 @@ def generate(target: Target, *, model: str = "", groups: dict[int, float] | None
              atoms: tuple[int, int] = (1, 48), elements: list[str] = (), method: str = "model",
              reference: str = "", seed: int = 0, sampling_steps: int = 0, max_retries: int | None = None,
              formula: str = "", require_valid_composition: bool = False, out=None) -> pb.CrystalSet:
+    from praxon.design.v1 import crystals_pb2 as pb
+    from services.common.client import model_ref, wait_for_success
+
     out = out or sys.stdout
     req = pb.StartCrystalGenerationJobRequest(
         num_samples=n, atom_count_range=pb.AtomCountRange(min=atoms[0], max=atoms[1]),
@@ -167,6 +181,8 @@ def cmd_generate(args) -> None:
 
 
 def cmd_show(args) -> None:
+    from praxon.design.v1 import crystals_pb2 as pb
+
     target = _target(args)
     print_set(_stub(target).GetCrystalSet(pb.GetCrystalSetRequest(job_id=args.job_id),
                                           metadata=target.metadata).crystal_set)

@@ -3,23 +3,26 @@ and the demo step. A plain client of GuidedFlowService and ArtifactService; impo
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from praxon.design.v1 import flows_pb2 as pb
-from praxon.design.v1 import flows_pb2_grpc
-from services.common.client import Target, model_ref, resolve_target, state_name, wait_for_success
-from services.common.convert import from_struct
+if TYPE_CHECKING:  # (imported where used, so that `praxon --help` loads no grpc)
+    from praxon.design.v1 import flows_pb2 as pb, flows_pb2_grpc
+    from services.common.client import Target
 
-BUILTINS = {"gmm2d": pb.FLOW_DATASET_GMM_2D, "pointcloud": pb.FLOW_DATASET_POINT_CLOUD,
-            "so3_mixture": pb.FLOW_DATASET_SO3_MIXTURE}
-TRAIN_METHODS = {"cfm": pb.FLOW_TRAINING_METHOD_CFM, "efm": pb.FLOW_TRAINING_METHOD_EFM,
-                 "analytic": pb.FLOW_TRAINING_METHOD_ANALYTIC}
-GUIDANCE = {"oc_flow": pb.GUIDANCE_METHOD_OC_FLOW, "d_flow": pb.GUIDANCE_METHOD_D_FLOW,
-            "flowgrad": pb.GUIDANCE_METHOD_FLOWGRAD, "unguided": pb.GUIDANCE_METHOD_UNGUIDED}
-REWARDS = {"distance": pb.REWARD_KIND_DISTANCE, "log_density": pb.REWARD_KIND_LOG_DENSITY,
-           "predictor": pb.REWARD_KIND_PREDICTOR}
+# enum values by name (protobuf takes the names; the contracts are imported where used)
+BUILTINS = {"gmm2d": "FLOW_DATASET_GMM_2D", "pointcloud": "FLOW_DATASET_POINT_CLOUD",
+            "so3_mixture": "FLOW_DATASET_SO3_MIXTURE"}
+TRAIN_METHODS = {"cfm": "FLOW_TRAINING_METHOD_CFM", "efm": "FLOW_TRAINING_METHOD_EFM",
+                 "analytic": "FLOW_TRAINING_METHOD_ANALYTIC"}
+GUIDANCE = {"oc_flow": "GUIDANCE_METHOD_OC_FLOW", "d_flow": "GUIDANCE_METHOD_D_FLOW",
+            "flowgrad": "GUIDANCE_METHOD_FLOWGRAD", "unguided": "GUIDANCE_METHOD_UNGUIDED"}
+REWARDS = {"distance": "REWARD_KIND_DISTANCE", "log_density": "REWARD_KIND_LOG_DENSITY",
+           "predictor": "REWARD_KIND_PREDICTOR"}
 
 
 def _stub(target: Target) -> flows_pb2_grpc.GuidedFlowServiceStub:
+    from praxon.design.v1 import flows_pb2_grpc
+
     return flows_pb2_grpc.GuidedFlowServiceStub(target.channel())
 
 
@@ -28,6 +31,8 @@ def _floats(text: str | None) -> list[float]:
 
 
 def _options(args) -> pb.FlowTrainingOptions:
+    from praxon.design.v1 import flows_pb2 as pb
+
     o = pb.FlowTrainingOptions()
     for name in ("steps", "batch_size", "learning_rate", "hidden", "layers", "num_data", "seed"):
         if getattr(args, name, None) is not None:
@@ -38,6 +43,9 @@ def _options(args) -> pb.FlowTrainingOptions:
 def parse_reward(text: str) -> pb.RewardTerm:
     """"distance:4,0", "distance:4,0@0.5" (weight), "log_density:4,0,-4,0/0.5" (centres / scale),
     "predictor=name:1" (a registered predictor)."""
+    from praxon.design.v1 import flows_pb2 as pb
+    from services.common.client import model_ref
+
     kind, _, rest = text.partition(":") if not text.startswith("predictor=") else ("predictor", "", text)
     if kind == "predictor":
         ref, _, weight = rest.removeprefix("predictor=").partition("@")
@@ -56,6 +64,9 @@ def parse_reward(text: str) -> pb.RewardTerm:
 
 
 def cmd_train(args) -> None:
+    from praxon.design.v1 import flows_pb2 as pb
+    from services.common.client import resolve_target
+
     target = resolve_target(args.address, args.token, args.data_dir)
     req = pb.StartFlowTrainingJobRequest(name=args.name, builtin=BUILTINS.get(args.builtin or "", 0),
                                          dataset_artifact_id=args.dataset_artifact or "",
@@ -67,6 +78,9 @@ def cmd_train(args) -> None:
 
 
 def cmd_predictor(args) -> None:
+    from praxon.design.v1 import flows_pb2 as pb
+    from services.common.client import resolve_target
+
     target = resolve_target(args.address, args.token, args.data_dir)
     req = pb.StartRewardPredictorTrainingJobRequest(name=args.name, builtin=BUILTINS.get(args.builtin or "", 0),
                                                     dataset_artifact_id=args.dataset_artifact or "",
@@ -76,6 +90,9 @@ def cmd_predictor(args) -> None:
 
 
 def sampling_request(args) -> pb.StartGuidedFlowSamplingJobRequest:
+    from praxon.design.v1 import flows_pb2 as pb
+    from services.common.client import model_ref
+
     req = pb.StartGuidedFlowSamplingJobRequest(flow=model_ref(args.flow), method=GUIDANCE[args.method],
                                                reward=[parse_reward(r) for r in args.reward or []])
     for name in ("control_cost", "steps", "iterations", "num_samples", "learning_rate", "seed"):
@@ -85,6 +102,8 @@ def sampling_request(args) -> pb.StartGuidedFlowSamplingJobRequest:
 
 
 def cmd_sample(args) -> None:
+    from services.common.client import resolve_target
+
     target = resolve_target(args.address, args.token, args.data_dir)
     job = _stub(target).StartGuidedFlowSamplingJob(sampling_request(args), metadata=target.metadata).job
     _report(target, job, args.no_wait)
@@ -103,6 +122,9 @@ def print_sampling(result: dict, out=None) -> None:
 
 
 def _report(target: Target, job, no_wait: bool) -> None:
+    from services.common.client import state_name, wait_for_success
+    from services.common.convert import from_struct
+
     print(f"job {job.id} ({job.kind}) {state_name(job.state)}")
     if no_wait:
         return
@@ -163,6 +185,10 @@ def add_commands(parts, client_opts) -> None:
 def demo(target: Target) -> None:
     """Register the exact flow of the 8-mode ring, then guide 256 samples toward the mode at (4, 0) with OC-Flow
     and print reward and on-support fraction per iteration (a PNG of before/after is the job's artifact)."""
+    from praxon.design.v1 import flows_pb2 as pb
+    from services.common.client import wait_for_success
+    from services.common.convert import from_struct
+
     stub = _stub(target)
     job = stub.StartFlowTrainingJob(pb.StartFlowTrainingJobRequest(
         name="demo-ring-flow", builtin=pb.FLOW_DATASET_GMM_2D, method=pb.FLOW_TRAINING_METHOD_ANALYTIC),

@@ -6,25 +6,33 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from praxon.design.v1 import design_pb2 as pb
-from praxon.design.v1 import design_pb2_grpc
-from services.common.client import Target, new_idempotency_key, resolve_target, wait_for_success
+if TYPE_CHECKING:  # (imported where used, so that `praxon --help` loads no grpc)
+    from praxon.design.v1 import design_pb2 as pb, design_pb2_grpc
+    from services.common.client import Target
 
-SOLVERS = {"hedge": pb.EQUILIBRIUM_SOLVER_HEDGE, "best_response": pb.EQUILIBRIUM_SOLVER_BEST_RESPONSE}
-KERNELS = {"onehot": pb.KERNEL_ONE_HOT_RBF, "categorical": pb.KERNEL_CATEGORICAL}
-ORACLES = {"ehrlich": pb.ORACLE_KIND_EHRLICH, "exhaustive": pb.ORACLE_KIND_EXHAUSTIVE}
+# enum values by name (protobuf takes the names; the contracts are imported where used)
+SOLVERS = {"hedge": "EQUILIBRIUM_SOLVER_HEDGE", "best_response": "EQUILIBRIUM_SOLVER_BEST_RESPONSE"}
+KERNELS = {"onehot": "KERNEL_ONE_HOT_RBF", "categorical": "KERNEL_CATEGORICAL"}
+ORACLES = {"ehrlich": "ORACLE_KIND_EHRLICH", "exhaustive": "ORACLE_KIND_EXHAUSTIVE"}
 
 
 def _stub(target: Target) -> design_pb2_grpc.DesignServiceStub:
+    from praxon.design.v1 import design_pb2_grpc
+
     return design_pb2_grpc.DesignServiceStub(target.channel())
 
 
 def _target(args) -> Target:
+    from services.common.client import resolve_target
+
     return resolve_target(args.address, args.token, getattr(args, "data_dir", ".praxon"))
 
 
 def print_campaign(c: pb.Campaign, out=None) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     w = (out or sys.stdout).write
     oracle = f" oracle={pb.OracleKind.Name(c.oracle.kind).removeprefix('ORACLE_KIND_').lower()}" \
         if c.oracle.kind else ""
@@ -35,6 +43,8 @@ def print_campaign(c: pb.Campaign, out=None) -> None:
 
 
 def cmd_create(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     t = _target(args)
     cons = pb.Constraints(allowed_letters=args.allowed.split(",") if args.allowed else [],
                           parents=args.parent or [], forbidden_motifs=args.forbid or [])
@@ -52,18 +62,24 @@ def cmd_create(args) -> None:
 
 
 def cmd_list(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     t = _target(args)
     for c in _stub(t).ListCampaigns(pb.ListCampaignsRequest(page_size=args.limit), metadata=t.metadata).campaigns:
         print_campaign(c)
 
 
 def cmd_get(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     t = _target(args)
     print_campaign(_stub(t).GetCampaign(pb.GetCampaignRequest(campaign_id=args.campaign), metadata=t.metadata).campaign)
 
 
 def _read_observations(path: str) -> list[pb.Observation]:
     """CSV with a header: sequence,value[,replicate[,source_job_id]]."""
+    from praxon.design.v1 import design_pb2 as pb
+
     with open(path, newline="") as fh:
         return [pb.Observation(sequence=r["sequence"], value=float(r.get("value") or 0.0),
                                replicate=int(r.get("replicate") or 0), source_job_id=r.get("source_job_id") or "")
@@ -71,6 +87,8 @@ def _read_observations(path: str) -> list[pb.Observation]:
 
 
 def cmd_observe(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     t = _target(args)
     obs = _read_observations(args.file) if args.file else []
     for item in args.obs or []:
@@ -89,6 +107,9 @@ def _print_suggestions(resp: pb.GetSuggestionsResponse, out=None) -> None:
 
 
 def cmd_suggest(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+    from services.common.client import new_idempotency_key, wait_for_success
+
     t = _target(args)
     stub = _stub(t)
     req = pb.StartSuggestionJobRequest(campaign_id=args.campaign, solver=SOLVERS[args.solver],
@@ -108,12 +129,16 @@ def cmd_suggest(args) -> None:
 
 
 def cmd_suggestions(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     t = _target(args)
     _print_suggestions(_stub(t).GetSuggestions(pb.GetSuggestionsRequest(campaign_id=args.campaign, job_id=args.job),
                                                metadata=t.metadata))
 
 
 def cmd_report(args) -> None:
+    from praxon.design.v1 import design_pb2 as pb
+
     t = _target(args)
     rep = _stub(t).GetCampaignReport(pb.GetCampaignReportRequest(campaign_id=args.campaign), metadata=t.metadata)
     print_campaign(rep.campaign)
@@ -204,6 +229,9 @@ def demo(target: Target, rounds: int = 12) -> None:
     GameOpt suggestion jobs (best response), each watched with a progress bar and scored by the oracle when it
     succeeds; then the best-so-far table, and random search with the same number of evaluations on the same
     function (scored here, in the client, by the same oracle) as the baseline."""
+    from praxon.design.v1 import design_pb2 as pb
+    from services.common.client import new_idempotency_key, wait_for_success
+
     import uuid
 
     import numpy as np
