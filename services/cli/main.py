@@ -123,10 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default=os.environ.get("PRAXON_LOG_LEVEL", "WARNING"))
     sub = p.add_subparsers(dest="command", required=True)
 
-    def client_opts(sp):
-        sp.add_argument("--address", help="host:port of the platform service (env PRAXON_ADDRESS)")
-        sp.add_argument("--token", help="API token (env PRAXON_TOKEN)")
-        sp.add_argument("--data-dir", default=".praxon", help="where `praxon up` keeps its state")
+    def client_opts(sp, default=None):
+        sp.add_argument("--address", default=default, help="host:port of the platform service (env PRAXON_ADDRESS)")
+        sp.add_argument("--token", default=default, help="API token (env PRAXON_TOKEN)")
+        sp.add_argument("--data-dir", default=default or ".praxon", help="where `praxon up` keeps its state")
+        sp.praxon_client_opts = True
 
     sp = sub.add_parser("up", help="run the whole platform on embedded defaults (Ctrl-C stops everything)")
     sp.add_argument("--data-dir", default=".praxon")
@@ -193,7 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in catalog.SPECS:
         if spec.cli:
             importlib.import_module(spec.cli).add_commands(sub, client_opts)
+    _share_client_opts(p, client_opts)
     return p
+
+
+def _share_client_opts(parser: argparse.ArgumentParser, client_opts, inherited: bool = False) -> None:
+    """--address, --token and --data-dir go after the whole command, for every command: a group that takes them
+    (`praxon jobs`) passes them down to its subcommands (`praxon jobs list --address ...`), where they default to
+    nothing, so a value given before the subcommand is kept."""
+    mine = inherited or getattr(parser, "praxon_client_opts", False)
+    for action in parser._actions:  # (argparse keeps its subcommands here; there is no public accessor)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                if mine and not getattr(child, "praxon_client_opts", False):
+                    client_opts(child, default=argparse.SUPPRESS)
+                _share_client_opts(child, client_opts, mine)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -70,3 +70,15 @@ def test_an_unreachable_platform_is_named_with_where_its_address_came_from(home,
                          env=env, cwd=tmp_path, timeout=120)
     assert out.returncode != 0
     assert "UNAVAILABLE" in out.stderr and "tried 127.0.0.1:9, from PRAXON_ADDRESS" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("argv,address", [
+    (["jobs", "list", "--address", "h:1", "--token", "t"], "h:1"),   # after the whole command, as everywhere
+    (["jobs", "--address", "h:2", "list"], "h:2"),                    # and where it was accepted before
+    (["moderate", "check", "--address", "h:3", "hi"], "h:3"),
+    (["jobs", "list"], None)])
+def test_client_options_go_after_the_whole_command_for_every_command(argv, address):
+    from services.cli.main import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert args.address == address and args.data_dir == ".praxon"
