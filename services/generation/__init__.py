@@ -6,8 +6,10 @@ corpus.py (the built-in generated corpus), training.py (BPE tokenizer + small Ll
 training), engine.py (continuous batching, sampling), kvpolicy.py (cache compression), api.py (the servicer),
 openai_api.py + predictor.py (the OpenAI-compatible kserve predictor), cli.py; documents.py (a tenant's document
 index: collections, chunks, MiniLM embeddings, pgvector HNSW or exact search; the generation.index job), rag.py
-(standard, Speculative and Sparse RAG), rag_api.py (the RetrievalService). Hugging Face directories <-> registry
-versions: services/common/hf.py."""
+(standard, Speculative and Sparse RAG), rag_api.py (the RetrievalService); uncertainty.py (SDLG and its
+baselines: semantic entropy, predictive entropy, lexical similarity) over nli.py (NLI models: the MiniLM NLI head, a
+stand-in for DeBERTa-MNLI trained by the generation.nli_train job, or an imported Hugging Face NLI checkpoint);
+data/ (the closed-book QA set, make_qa.py). Hugging Face directories <-> registry versions: services/common/hf.py."""
 from services.common.spec import DemoStep, JobKind, ServiceSpec
 
 SPEC = ServiceSpec(
@@ -18,6 +20,10 @@ SPEC = ServiceSpec(
                                      params="services.generation.params:ImportParams"),
         "generation.train": JobKind("training", "services.generation.jobs:run_training",
                                     params="services.generation.params:TrainParams"),
+        "generation.nli_train": JobKind("training", "services.generation.nli:run_training",
+                                        params="services.generation.params:NLITrainParams"),
+        "generation.nli_import": JobKind("default", "services.generation.nli:run_import",
+                                         params="services.generation.params:NLIImportParams"),
         "generation.index": JobKind("default", "services.generation.documents:run_index",
                                     params="services.generation.params:IndexParams"),
     },

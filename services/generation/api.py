@@ -29,6 +29,12 @@ from services.generation.params import ImportParams, TrainParams
 from services.generation.settings import GenerationConfig
 
 IMPORT_KIND, TRAIN_KIND = "generation.import", "generation.train"
+NLI_TRAIN_KIND, NLI_IMPORT_KIND = "generation.nli_train", "generation.nli_import"
+UNCERTAINTY_METHODS = {pb.UNCERTAINTY_METHOD_UNSPECIFIED: "sdlg", pb.UNCERTAINTY_METHOD_SDLG: "sdlg",
+                       pb.UNCERTAINTY_METHOD_MULTINOMIAL: "multinomial", pb.UNCERTAINTY_METHOD_PREDICTIVE: "predictive",
+                       pb.UNCERTAINTY_METHOD_LEXICAL: "lexical"}
+UNCERTAINTY_ENUM = {v: k for k, v in UNCERTAINTY_METHODS.items() if k}
+NLI_TRAIN_FIELDS = [f.name for f in pb.NLITrainingParams.DESCRIPTOR.fields]
 POLICIES = {pb.CACHE_POLICY_UNSPECIFIED: "none", pb.CACHE_POLICY_NONE: "none", pb.CACHE_POLICY_VL_CACHE: "vl_cache",
             pb.CACHE_POLICY_H2O: "h2o", pb.CACHE_POLICY_STREAMING_LLM: "streaming_llm"}
 POLICY_ENUM = {"none": pb.CACHE_POLICY_NONE, "vl_cache": pb.CACHE_POLICY_VL_CACHE, "h2o": pb.CACHE_POLICY_H2O,
@@ -91,6 +97,68 @@ def build_loaded(config_: GenerationConfig):
                             model_type=str(config.get("model_type", "")), context_length=engine.max_context)
         return LoadedLM(engine, tokenizer, info)
     return build
+
+
+def build_nli(tensors: dict, config: dict, row: dict):
+    from services.generation import nli
+
+    loaded = nli.load(tensors, config, name=f"{row['name']}:{row['version']}")
+    loaded.info = pb.ModelInfo(name=row["name"], version=int(row["version"] or 0), model_version_id=str(row["id"]),
+                               model_type=str(config.get("model_type", "")))
+    return loaded
+
+
+def uncertainty_options(request, cfg: GenerationConfig):
+    """(services.generation.uncertainty.Options, question) of a Generate request with uncertainty set."""
+    from services.generation.uncertainty import Options
+
+    u, s = request.uncertainty, request.sampling
+    f = "uncertainty."
+    method = convert.enum_of(UNCERTAINTY_METHODS, u.method, f + "method")
+    n = u.num_generations if u.HasField("num_generations") else 5
+    if not 1 <= n <= 20:
+        raise InvalidArgument(f + "num_generations", "must be in 1..20")
+    beams = u.num_beams if u.HasField("num_beams") else 5
+    if not 1 <= beams <= 8:
+        raise InvalidArgument(f + "num_beams", "must be in 1..8")
+    if method in ("sdlg", "multinomial") and not u.nli_model.name:
+        raise InvalidArgument(f + "nli_model", f"{method} clusters answers with an NLI model: name a registered one "
+                              "(StartNLITrainingJob or StartImportNLIModelJob)")
+    if len(u.question) > 2000:
+        raise InvalidArgument(f + "question", "at most 2000 characters")
+    if request.HasField("kv_compression"):
+        raise InvalidArgument("kv_compression", "not available together with uncertainty")
+    sampling = sampling_of(s, cfg)  # validates every sampling field
+    if s.HasField("max_new_tokens") and sampling.max_new_tokens > 256:
+        raise InvalidArgument("sampling.max_new_tokens", "must be <= 256 with uncertainty")
+    temp = sampling.temperature if s.HasField("temperature") else 1.0
+    if temp <= 0 and method != "sdlg":
+        raise InvalidArgument("sampling.temperature", f"{method} samples: must be > 0")
+    question = u.question or next((ln.strip() for ln in reversed(request.prompt.splitlines()) if ln.strip()), "")
+    opts = Options(method=method, n=n, num_beams=beams, max_new_tokens=min(sampling.max_new_tokens, 256)
+                   if s.HasField("max_new_tokens") else 32, temperature=temp if temp > 0 else 1.0,
+                   seed=sampling.seed or 0, stop=tuple(sampling.stop) or ("\n",))
+    return opts, question
+
+
+def uncertainty_message(e, nli_info) -> pb.UncertaintyResult:
+    masses = e.cluster_mass
+    res = pb.UncertaintyResult(method=UNCERTAINTY_ENUM[e.method], answer=e.answer, entropy=e.score,
+                               predictive_entropy=e.predictive_entropy, lexical_similarity=e.lexical_similarity,
+                               seconds_generate=e.seconds_generate, seconds_cluster=e.seconds_cluster)
+    if e.semantic_entropy is not None:
+        res.semantic_entropy = e.semantic_entropy
+    if nli_info is not None:
+        res.nli_model.CopyFrom(nli_info)
+    for k, members in enumerate(e.clusters):
+        res.clusters.add(members=members, mass=masses[k] if masses else 0.0,
+                         log_mass=e.cluster_log_mass[k] if e.cluster_log_mass else 0.0)
+    where = {i: k for k, members in enumerate(e.clusters) for i in members}
+    for i, g in enumerate(e.generations):
+        res.generations.add(text=g.text, log_likelihood=g.log_likelihood, num_tokens=g.n_tokens, weight=g.weight,
+                            origin=g.origin, word_index=g.word_index, substituted_token=g.token_text,
+                            token_probability=g.token_probability, cluster=where.get(i, i))
+    return res
 
 
 def _finite(value: float, field: str) -> float:
@@ -284,9 +352,11 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
         self.config = config or GenerationConfig()
         self.models = ModelCache(app.registry, build_loaded(self.config), self.config, what="language model")
         self.remotes: dict[str, LoadedLM] = {}  # remote backends by model name (settings remote_models)
+        self.nli_models = ModelCache(app.registry, build_nli, self.config, what="NLI model")
 
     async def close(self) -> None:
         await self.models.close()
+        await self.nli_models.close()
         for r in self.remotes.values():
             await r.engine.close()
 
@@ -327,7 +397,83 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
         return pb.StartImportLanguageModelJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
+    async def StartNLITrainingJob(self, request, context):
+        from services.generation.params import NLITrainParams
+
+        tenant = current_tenant()
+        params: dict[str, Any] = {f: getattr(request.params, f) for f in NLI_TRAIN_FIELDS
+                                  if request.params.HasField(f)}
+        params["model_name"] = request.model_name or "nli-minilm"
+        paths = {f: f"params.{f}" for f in NLI_TRAIN_FIELDS}
+        paths["model_name"] = "model_name"
+        parse_params(NLITrainParams, params, prefix="params.", field_paths=paths)
+        job = await asyncio.to_thread(self.app.jobs.submit, tenant, NLI_TRAIN_KIND, params, request.idempotency_key)
+        return pb.StartNLITrainingJobResponse(job=convert.job(job))
+
+    async def StartImportNLIModelJob(self, request, context):
+        from services.generation.params import NLIImportParams
+
+        tenant = current_tenant()
+        source = request.WhichOneof("source")
+        if source is None:
+            raise InvalidArgument("artifact_id", "give an uploaded archive artifact_id or a path")
+        params: dict[str, Any] = {"model_name": request.model_name}
+        if source == "path":
+            if not request.path:
+                raise InvalidArgument("path", "must not be empty")
+            params["path"] = request.path
+        else:
+            params["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
+        parse_params(NLIImportParams, params, field_paths={"model_name": "model_name", "path": "path",
+                                                           "artifact_id": "artifact_id"})
+        if source == "path":
+            from pathlib import Path
+
+            from services.generation.jobs import check_local_path
+            check_local_path(request.path, [Path(r).resolve() for r in self.config.import_roots], "path")
+
+        def work():
+            if "artifact_id" in params:
+                self.app.registry.get_artifact(tenant, params["artifact_id"], "artifact_id")
+            return self.app.jobs.submit(tenant, NLI_IMPORT_KIND, params, request.idempotency_key)
+        return pb.StartImportNLIModelJobResponse(job=convert.job(await asyncio.to_thread(work)))
+
     # -- serving
+    async def _nli(self, ref):
+        try:
+            return await self.nli_models.get(ref_key(current_tenant(), ref, ""), field="uncertainty.nli_model")
+        except FailedPrecondition as exc:
+            if exc.reason == "MODEL_NOT_REGISTERED":
+                raise NotFound(exc.message, reason="MODEL_NOT_FOUND", metadata=exc.metadata) from None
+            raise
+
+    async def _generate_uncertain(self, request, context):
+        """Generate with uncertainty: the answer (beam search) with its semantic clusters and entropy
+        (services.generation.uncertainty), computed in a worker thread on the served model's weights."""
+        from services.generation.uncertainty import estimate
+
+        if not request.prompt:
+            raise InvalidArgument("prompt", "must not be empty")
+        if len(request.prompt) > self.config.max_prompt_chars:
+            raise InvalidArgument("prompt", f"at most {self.config.max_prompt_chars} characters")
+        opts, question = uncertainty_options(request, self.config)
+        loaded = await self._model(request.model)
+        if loaded.tokenizer is None:
+            raise FailedPrecondition(f"uncertainty is not available for {loaded.info.name!r}: it is served by the "
+                                     f"{loaded.engine.describe()}; the estimate needs full next-token "
+                                     "distributions, beam search and continuation from a prefix, which this service "
+                                     "computes on local weights only", reason="UNCERTAINTY_UNSUPPORTED_BY_BACKEND",
+                                     metadata={"field": "uncertainty", "backend": loaded.engine.cfg.base_url})
+        nli = await self._nli(request.uncertainty.nli_model) if request.uncertainty.nli_model.name else None
+        ids = await asyncio.to_thread(loaded.engine.encode, request.prompt)
+        loaded.engine.check(ids, sampling_of(request.sampling, self.config), "prompt")
+        e = await asyncio.to_thread(estimate, loaded.engine.model, loaded.tokenizer, nli, request.prompt, question,
+                                    opts, prompt_ids=ids)
+        first = e.generations[0]
+        return pb.GenerateResponse(text=e.answer, finish_reason=pb.FINISH_REASON_STOP, model=loaded.info,
+                                   usage=pb.Usage(prompt_tokens=len(ids), completion_tokens=first.n_tokens),
+                                   uncertainty=uncertainty_message(e, nli.info if nli is not None else None))
+
     async def _model(self, ref) -> LoadedLM:
         name = ref.name or self.config.default_model
         if name in self.config.remote_models:
@@ -395,6 +541,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
     async def Generate(self, request, context):
         from services.generation.engine import Finished
 
+        if request.HasField("uncertainty"):
+            return await self._generate_uncertain(request, context)
         loaded, ids, sampling, policy = await self._prepare(request)
         tokens = []
         async for e in self._run(loaded, ids, sampling, policy, context):

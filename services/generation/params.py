@@ -95,6 +95,41 @@ class ImportParams(JobParams):
 Policy = Literal["none", "vl_cache", "h2o", "streaming_llm"]
 
 
+class NLITrainParams(JobParams):
+    """generation.nli_train: the MiniLM NLI head (a stand-in for DeBERTa-MNLI) trained on generated pairs
+    (services.generation.nli.make_pairs)."""
+
+    model_config = JobParams.model_config
+
+    model_name: ModelName = "nli-minilm"
+    train_pairs: int = Field(6000, ge=8, le=1_000_000)
+    heldout_pairs: int = Field(900, ge=4, le=100_000)
+    steps: int = Field(400, ge=1, le=1_000_000)
+    batch_size: int = Field(32, ge=1, le=1024)
+    lr: float = Field(5e-5, gt=0, le=1.0)
+    max_tokens: int = Field(96, ge=8, le=512)
+    steps_per_checkpoint: int = Field(50, ge=1, le=1_000_000)
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1)
+
+
+class NLIImportParams(JobParams):
+    """generation.nli_import: a Hugging Face sequence-classification NLI checkpoint (e.g. DeBERTa-MNLI) from a local
+    path (under an allowed root) or an uploaded archive artifact."""
+
+    model_config = JobParams.model_config
+
+    model_name: ModelName
+    path: str | None = None
+    artifact_id: str | None = Field(None, validate_default=True)
+
+    @field_validator("artifact_id")
+    @classmethod
+    def _one_source(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if (info.data.get("path") is None) == (v is None):
+            raise ValueError("give exactly one of path or artifact_id")
+        return v
+
+
 class IndexParams(JobParams):
     """generation.index: chunk and embed the documents StartIndexingJob stored with this job."""
 

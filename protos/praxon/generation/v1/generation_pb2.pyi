@@ -16,6 +16,14 @@ class CachePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CACHE_POLICY_H2O: _ClassVar[CachePolicy]
     CACHE_POLICY_STREAMING_LLM: _ClassVar[CachePolicy]
 
+class UncertaintyMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UNCERTAINTY_METHOD_UNSPECIFIED: _ClassVar[UncertaintyMethod]
+    UNCERTAINTY_METHOD_SDLG: _ClassVar[UncertaintyMethod]
+    UNCERTAINTY_METHOD_MULTINOMIAL: _ClassVar[UncertaintyMethod]
+    UNCERTAINTY_METHOD_PREDICTIVE: _ClassVar[UncertaintyMethod]
+    UNCERTAINTY_METHOD_LEXICAL: _ClassVar[UncertaintyMethod]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -27,6 +35,11 @@ CACHE_POLICY_NONE: CachePolicy
 CACHE_POLICY_VL_CACHE: CachePolicy
 CACHE_POLICY_H2O: CachePolicy
 CACHE_POLICY_STREAMING_LLM: CachePolicy
+UNCERTAINTY_METHOD_UNSPECIFIED: UncertaintyMethod
+UNCERTAINTY_METHOD_SDLG: UncertaintyMethod
+UNCERTAINTY_METHOD_MULTINOMIAL: UncertaintyMethod
+UNCERTAINTY_METHOD_PREDICTIVE: UncertaintyMethod
+UNCERTAINTY_METHOD_LEXICAL: UncertaintyMethod
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -69,16 +82,90 @@ class SamplingParams(_message.Message):
     def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[int] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "sampling", "kv_compression")
+    __slots__ = ("model", "prompt", "sampling", "kv_compression", "uncertainty")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     KV_COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    UNCERTAINTY_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     prompt: str
     sampling: SamplingParams
     kv_compression: KvCompression
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ...) -> None: ...
+    uncertainty: UncertaintyOptions
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ..., uncertainty: _Optional[_Union[UncertaintyOptions, _Mapping]] = ...) -> None: ...
+
+class UncertaintyOptions(_message.Message):
+    __slots__ = ("method", "num_generations", "nli_model", "question", "num_beams")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    NUM_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    NLI_MODEL_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    NUM_BEAMS_FIELD_NUMBER: _ClassVar[int]
+    method: UncertaintyMethod
+    num_generations: int
+    nli_model: _common_pb2.ModelRef
+    question: str
+    num_beams: int
+    def __init__(self, method: _Optional[_Union[UncertaintyMethod, str]] = ..., num_generations: _Optional[int] = ..., nli_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., question: _Optional[str] = ..., num_beams: _Optional[int] = ...) -> None: ...
+
+class UncertaintyGeneration(_message.Message):
+    __slots__ = ("text", "log_likelihood", "num_tokens", "weight", "origin", "word_index", "substituted_token", "token_probability", "cluster")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOG_LIKELIHOOD_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    WORD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SUBSTITUTED_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    log_likelihood: float
+    num_tokens: int
+    weight: float
+    origin: str
+    word_index: int
+    substituted_token: str
+    token_probability: float
+    cluster: int
+    def __init__(self, text: _Optional[str] = ..., log_likelihood: _Optional[float] = ..., num_tokens: _Optional[int] = ..., weight: _Optional[float] = ..., origin: _Optional[str] = ..., word_index: _Optional[int] = ..., substituted_token: _Optional[str] = ..., token_probability: _Optional[float] = ..., cluster: _Optional[int] = ...) -> None: ...
+
+class SemanticCluster(_message.Message):
+    __slots__ = ("members", "mass", "log_mass")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MASS_FIELD_NUMBER: _ClassVar[int]
+    LOG_MASS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedScalarFieldContainer[int]
+    mass: float
+    log_mass: float
+    def __init__(self, members: _Optional[_Iterable[int]] = ..., mass: _Optional[float] = ..., log_mass: _Optional[float] = ...) -> None: ...
+
+class UncertaintyResult(_message.Message):
+    __slots__ = ("method", "answer", "entropy", "semantic_entropy", "predictive_entropy", "lexical_similarity", "clusters", "generations", "nli_model", "seconds_generate", "seconds_cluster")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    SEMANTIC_ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    PREDICTIVE_ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    LEXICAL_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    NLI_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_GENERATE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    method: UncertaintyMethod
+    answer: str
+    entropy: float
+    semantic_entropy: float
+    predictive_entropy: float
+    lexical_similarity: float
+    clusters: _containers.RepeatedCompositeFieldContainer[SemanticCluster]
+    generations: _containers.RepeatedCompositeFieldContainer[UncertaintyGeneration]
+    nli_model: ModelInfo
+    seconds_generate: float
+    seconds_cluster: float
+    def __init__(self, method: _Optional[_Union[UncertaintyMethod, str]] = ..., answer: _Optional[str] = ..., entropy: _Optional[float] = ..., semantic_entropy: _Optional[float] = ..., predictive_entropy: _Optional[float] = ..., lexical_similarity: _Optional[float] = ..., clusters: _Optional[_Iterable[_Union[SemanticCluster, _Mapping]]] = ..., generations: _Optional[_Iterable[_Union[UncertaintyGeneration, _Mapping]]] = ..., nli_model: _Optional[_Union[ModelInfo, _Mapping]] = ..., seconds_generate: _Optional[float] = ..., seconds_cluster: _Optional[float] = ...) -> None: ...
 
 class GenerateStreamRequest(_message.Message):
     __slots__ = ("model", "prompt", "sampling", "kv_compression")
@@ -153,20 +240,22 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., model_version_id: _Optional[str] = ..., model_type: _Optional[str] = ..., context_length: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("text", "tokens", "finish_reason", "usage", "cache", "model")
+    __slots__ = ("text", "tokens", "finish_reason", "usage", "cache", "model", "uncertainty")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    UNCERTAINTY_FIELD_NUMBER: _ClassVar[int]
     text: str
     tokens: _containers.RepeatedCompositeFieldContainer[Token]
     finish_reason: FinishReason
     usage: Usage
     cache: CacheStats
     model: ModelInfo
-    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
+    uncertainty: UncertaintyResult
+    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., uncertainty: _Optional[_Union[UncertaintyResult, _Mapping]] = ...) -> None: ...
 
 class GenerateStreamResponse(_message.Message):
     __slots__ = ("token", "finish_reason", "usage", "cache", "model")
@@ -275,6 +364,58 @@ class StartImportLanguageModelJobRequest(_message.Message):
     def __init__(self, model_name: _Optional[str] = ..., path: _Optional[str] = ..., artifact_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class StartImportLanguageModelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class NLITrainingParams(_message.Message):
+    __slots__ = ("train_pairs", "heldout_pairs", "steps", "batch_size", "lr", "steps_per_checkpoint", "seed")
+    TRAIN_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    HELDOUT_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    train_pairs: int
+    heldout_pairs: int
+    steps: int
+    batch_size: int
+    lr: float
+    steps_per_checkpoint: int
+    seed: int
+    def __init__(self, train_pairs: _Optional[int] = ..., heldout_pairs: _Optional[int] = ..., steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., steps_per_checkpoint: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class StartNLITrainingJobRequest(_message.Message):
+    __slots__ = ("model_name", "params", "idempotency_key")
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    model_name: str
+    params: NLITrainingParams
+    idempotency_key: str
+    def __init__(self, model_name: _Optional[str] = ..., params: _Optional[_Union[NLITrainingParams, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartNLITrainingJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class StartImportNLIModelJobRequest(_message.Message):
+    __slots__ = ("model_name", "artifact_id", "path", "idempotency_key")
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    model_name: str
+    artifact_id: str
+    path: str
+    idempotency_key: str
+    def __init__(self, model_name: _Optional[str] = ..., artifact_id: _Optional[str] = ..., path: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartImportNLIModelJobResponse(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job

@@ -62,6 +62,16 @@ class GenerationServiceStub:
                 request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobRequest.SerializeToString,
                 response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobResponse.FromString,
                 _registered_method=True)
+        self.StartNLITrainingJob = channel.unary_unary(
+                '/praxon.generation.v1.GenerationService/StartNLITrainingJob',
+                request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartNLITrainingJobRequest.SerializeToString,
+                response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartNLITrainingJobResponse.FromString,
+                _registered_method=True)
+        self.StartImportNLIModelJob = channel.unary_unary(
+                '/praxon.generation.v1.GenerationService/StartImportNLIModelJob',
+                request_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportNLIModelJobRequest.SerializeToString,
+                response_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportNLIModelJobResponse.FromString,
+                _registered_method=True)
 
 
 class GenerationServiceServicer:
@@ -105,6 +115,20 @@ class GenerationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartNLITrainingJob(self, request, context):
+        """Trains the MiniLM NLI head (a stand-in for DeBERTa-MNLI) on generated pairs; Generate's uncertainty uses it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartImportNLIModelJob(self, request, context):
+        """Imports a Hugging Face sequence-classification NLI checkpoint (e.g. DeBERTa-MNLI; safetensors only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GenerationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +156,16 @@ def add_GenerationServiceServicer_to_server(servicer, server):
                     servicer.StartImportLanguageModelJob,
                     request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobRequest.FromString,
                     response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobResponse.SerializeToString,
+            ),
+            'StartNLITrainingJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartNLITrainingJob,
+                    request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartNLITrainingJobRequest.FromString,
+                    response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartNLITrainingJobResponse.SerializeToString,
+            ),
+            'StartImportNLIModelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartImportNLIModelJob,
+                    request_deserializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportNLIModelJobRequest.FromString,
+                    response_serializer=praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportNLIModelJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -272,6 +306,60 @@ class GenerationService:
             '/praxon.generation.v1.GenerationService/StartImportLanguageModelJob',
             praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobRequest.SerializeToString,
             praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportLanguageModelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartNLITrainingJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.generation.v1.GenerationService/StartNLITrainingJob',
+            praxon_dot_generation_dot_v1_dot_generation__pb2.StartNLITrainingJobRequest.SerializeToString,
+            praxon_dot_generation_dot_v1_dot_generation__pb2.StartNLITrainingJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartImportNLIModelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/praxon.generation.v1.GenerationService/StartImportNLIModelJob',
+            praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportNLIModelJobRequest.SerializeToString,
+            praxon_dot_generation_dot_v1_dot_generation__pb2.StartImportNLIModelJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
