@@ -4,6 +4,7 @@ fictitious authors: FLAT lowers the forget answers' probability and raises the t
 continues bit for bit."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -38,13 +39,13 @@ LABELS = torch.tensor([[-100, -100, 2, 3, 0], [-100, -100, 1, 0, -100]])
 
 def _hand_probs(logits, labels):
     """Answer-token probabilities by hand: softmax of position t's logits at label t+1."""
-    out = []
-    for b in range(labels.shape[0]):
-        for t in range(labels.shape[1] - 1):
-            y = int(labels[b, t + 1])
+    out, lg, lab = [], logits.tolist(), labels.tolist()
+    for b in range(len(lab)):
+        for t in range(len(lab[b]) - 1):
+            y = lab[b][t + 1]
             if y == -100:
                 continue
-            z = [math.exp(float(v)) for v in logits[b, t]]
+            z = [math.exp(v) for v in lg[b][t]]
             out.append(z[y] / sum(z))
     return out
 
@@ -104,15 +105,22 @@ def test_gradient_ascent_and_npo_losses_equal_hand_computations():
 
 
 # ---- a tiny Llama on fictitious authors ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tok():
+@functools.lru_cache(maxsize=1)
+def tiny_tokenizer():
+    """A byte-level BPE trained on the fictitious authors' texts and the templates (shared by the FLAT test files)."""
     from services.generation.training import train_tokenizer
 
-    d = A.generate(6, seed=1)
-    texts = [F.prompt_text(r["question"]) + " " + r["answer"] for r in d["qa"]]
-    texts += list(F.TEMPLATE_ANSWERS) + [r["paraphrased_answer"] for r in d["qa"]]
-    texts += [p for r in d["qa"] for p in r["perturbed_answers"]]
+    texts = list(F.TEMPLATE_ANSWERS)
+    for n, seed in ((6, 1), (5, 2)):
+        d = A.generate(n, seed=seed)
+        texts += [F.prompt_text(r["question"]) + " " + r["answer"] for r in d["qa"]]
+        texts += [r["paraphrased_answer"] for r in d["qa"]] + [p for r in d["qa"] for p in r["perturbed_answers"]]
     return train_tokenizer(texts * 3, 300)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
 
 
 def tiny_llama(tok, seed=0):
@@ -145,7 +153,7 @@ def test_left_padded_probabilities_equal_unpadded_forwards(tok):
 def finetuned(tok):
     d = A.generate(3, seed=2)
     qa = [F.QA(r["question"], r["answer"], r["id"]) for r in d["qa"]]
-    cfg = F.TrainConfig(method="finetune", adaptation="full", lr=3e-3, epochs=12, batch_size=6, seed=0)
+    cfg = F.TrainConfig(method="finetune", adaptation="full", lr=1e-2, epochs=12, batch_size=6, seed=0)
     tr = F.Trainer(tiny_llama(tok), tok, qa, cfg)
     logs = tr.run()
     assert logs[-1]["nll"] < logs[0]["nll"] - 1.0  # it learned the answers
@@ -158,7 +166,7 @@ def test_flat_on_fictitious_authors_forgets_and_answers_with_templates(tok, fine
 
     model, d = finetuned
     forget = A.by_author(d["qa"])["author-000"]
-    templates = F.TEMPLATE_ANSWERS[:4]
+    templates = F.TEMPLATE_ANSWERS[:1]  # one template: its probability is pushed at every step
     before_f = float(torch.exp(-E.avg_losses(model, tok, [(r["question"], r["answer"]) for r in forget])).mean())
     before_t = E.template_probability(model, tok, forget, templates)
     cfg = F.TrainConfig(method="flat", divergence=div, adaptation="full", lr=1e-3, epochs=25, batch_size=16,
@@ -168,8 +176,8 @@ def test_flat_on_fictitious_authors_forgets_and_answers_with_templates(tok, fine
     um = tr.final_model()
     after_f = float(torch.exp(-E.avg_losses(um, tok, [(r["question"], r["answer"]) for r in forget])).mean())
     after_t = E.template_probability(um, tok, forget, templates)
-    assert after_f < 0.7 * before_f, (before_f, after_f)
-    assert after_t > 1.2 * before_t, (before_t, after_t)
+    assert after_f < 0.6 * before_f, (before_f, after_f)  # seen: 0.062 -> 0.017 (TV), 0.021 (KL)
+    assert after_t > 1.3 * before_t, (before_t, after_t)  # seen: 0.016 -> 0.028 (TV), 0.032 (KL)
 
 
 def test_a_resumed_trainer_continues_bit_for_bit(tok, finetuned):

@@ -24,7 +24,7 @@ from services.unlearning import authors as A
 from services.unlearning import jobs
 from tests import harness
 from tests.harness import auth, job_row, rpc_error_details, wait_for
-from tests.unlearning.test_flat import tiny_llama
+from tests.unlearning.test_flat import tiny_llama, tiny_tokenizer
 
 torch.set_num_threads(1)
 DATA = A.generate(5, seed=2)   # authors 0-2 are trained on, 3-4 never (membership-inference non-members)
@@ -36,12 +36,7 @@ FT = {"adaptation": "full", "epochs": 6, "learning_rate": 1e-2, "batch_size": 8}
 
 @pytest.fixture(scope="module")
 def tok():
-    from services.generation.training import train_tokenizer
-
-    from services.unlearning import flat as F
-
-    texts = [F.prompt_text(r["question"]) + " " + r["answer"] for r in DATA["qa"]] + list(F.TEMPLATE_ANSWERS)
-    return train_tokenizer(texts * 3, 300)
+    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")
