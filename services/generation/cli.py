@@ -168,7 +168,61 @@ def complete(target, req, *, stream: bool = False, out=None, timeout: float | No
     return text, pb.FinishReason.Name(last.finish_reason), last.cache
 
 
+UNCERTAINTY_NAMES = ("sdlg", "multinomial", "predictive", "lexical")
+# the demo's NLI head: a short run of the job (the benchmark's is 400 steps; RESULTS.md)
+DEMO_NLI = {"steps": 60, "batch_size": 32, "train_pairs": 2000, "heldout_pairs": 300}
+
+
+def train_nli(target, name: str, params: dict, out=None):
+    """Train the MiniLM NLI head (a stand-in for DeBERTa-MNLI) by a job, watched to its end."""
+    from services.common.client import new_idempotency_key, wait_for_success
+
+    from praxon.generation.v1 import generation_pb2 as pb
+
+    out = out or sys.stdout
+    req = pb.StartNLITrainingJobRequest(model_name=name, params=pb.NLITrainingParams(**params),
+                                        idempotency_key=new_idempotency_key())
+    job = wait_for_success(target, _stub(target).StartNLITrainingJob(req, metadata=target.metadata).job,
+                           "NLI training (MiniLM head, a stand-in for DeBERTa-MNLI)", out)
+    m = job.models[0]
+    out.write(f"registered {m.name} v{m.version}: held-out accuracy on generated pairs "
+              f"{dict(job.result['metrics'])['heldout_accuracy']:.3f}\n")
+    return m
+
+
+def uncertain(target, req, method: str, nli_model: str | None, generations: int = 5, question: str = "",
+              out=None, timeout: float | None = None):
+    """Generate with uncertainty: print the answer, its semantic clusters (members, mass) and the entropy."""
+    from services.common.client import once_loaded
+
+    from praxon.generation.v1 import generation_pb2 as pb
+
+    out = out or sys.stdout
+    req.uncertainty.CopyFrom(pb.UncertaintyOptions(
+        method=pb.UncertaintyMethod.Value("UNCERTAINTY_METHOD_" + method.upper()), num_generations=generations,
+        question=question, nli_model=_model_ref(nli_model) if nli_model else None))
+    resp = once_loaded(_stub(target).Generate, req, metadata=target.metadata, timeout=timeout)
+    u = resp.uncertainty
+    out.write(f"answer: {u.answer!r}\n")
+    for k, c in enumerate(u.clusters):
+        texts = ", ".join(repr(u.generations[i].text) for i in c.members)
+        out.write(f"  cluster {k}: mass {c.mass:.3f}: {texts}\n")
+    se = f"semantic entropy {u.semantic_entropy:.3f}, " if u.HasField("semantic_entropy") else ""
+    out.write(f"{method}: uncertainty {u.entropy:.3f} ({se}predictive entropy {u.predictive_entropy:.3f}, lexical "
+              f"similarity {u.lexical_similarity:.3f}; {len(u.generations)} generations, {len(u.clusters)} clusters, "
+              f"{u.seconds_generate:.1f} s generating)\n")
+    return resp
+
+
 # ---------------------------------------------------------------------------------------------- commands
+def cmd_train_nli(args) -> None:
+    params = dict(DEMO_NLI)
+    for k in ("steps", "batch_size", "seed"):
+        if getattr(args, k) is not None:
+            params[k] = getattr(args, k)
+    train_nli(_target(args), args.name, params)
+
+
 def cmd_train(args) -> None:
     params = dict(DEMO_TRAIN)
     for k in ("steps", "batch_size", "lr", "hidden_size", "num_layers", "seed"):
@@ -188,6 +242,10 @@ def cmd_complete(args) -> None:
     req = request(args.prompt, model=_model_ref(args.model), max_new_tokens=args.max_new_tokens,
                   temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                   stop=args.stop or (), policy=args.policy, retention=args.retention)
+    if args.uncertainty:
+        uncertain(_target(args), req, args.uncertainty, args.nli_model, args.generations, args.question or "",
+                  timeout=args.timeout)
+        return
     _, reason, cache = complete(_target(args), req, stream=args.stream, timeout=args.timeout)
     print(f"[{reason.removeprefix('FINISH_REASON_').lower()}; KV cache {cache.kept_bytes}/{cache.full_bytes} bytes]",
           file=sys.stderr)
@@ -230,7 +288,20 @@ def add_commands(sub, client_opts) -> None:
     sp.add_argument("--policy", choices=POLICY_NAMES, default="none", help="KV-cache compression")
     sp.add_argument("--retention", type=float, default=1.0, help="fraction of the KV cache kept (0, 1]")
     sp.add_argument("--timeout", type=float, help="seconds the call may take (default: the server's, 30)")
+    sp.add_argument("--uncertainty", choices=UNCERTAINTY_NAMES,
+                    help="answer with its semantic uncertainty (SDLG or a baseline): clusters and entropy")
+    sp.add_argument("--nli-model", help="the registered NLI model (sdlg and multinomial need one)")
+    sp.add_argument("--generations", type=int, default=5, help="generations besides the answer (uncertainty)")
+    sp.add_argument("--question", help="the question the NLI model sees (default: the prompt's last line)")
     sp.set_defaults(func=cmd_complete)
+
+    sp = gsub.add_parser("train-nli", help="train the MiniLM NLI head (a stand-in for DeBERTa-MNLI; a job)")
+    client_opts(sp)
+    sp.add_argument("--name", default="nli-minilm")
+    sp.add_argument("--steps", type=int)
+    sp.add_argument("--batch-size", type=int)
+    sp.add_argument("--seed", type=int)
+    sp.set_defaults(func=cmd_train_nli)
     add_rag_commands(sub, client_opts)
 
 
@@ -262,7 +333,8 @@ def demo(target, train_params: dict | None = None, n_lookups: int = 4, cache_dir
                                           stop=(" .",)), stream=True)
     got = (text.split() or [""])[0]
     print(f"  expected {q.answers[0]!r}, got {got!r}: {'right' if got in q.answers else 'wrong'}")
-    gemma_demo(target, cache_dir or Path(".praxon/models"), n_lookups)
+    gemma = gemma_demo(target, cache_dir or Path(".praxon/models"), n_lookups)
+    uncertainty_demo(target, gemma or _model_ref(f"{m.name}:{m.version}"), gemma is not None)
 
 
 def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -> None:
@@ -298,6 +370,24 @@ def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -
     print(f"passkey accuracy: full cache {score['none']}/{len(examples)}, VL-Cache at 10% "
           f"{score['vl_cache']}/{len(examples)} (benchmarks/generation/gemma_retrieval.py measures every policy and "
           "retention on more questions; RESULTS.md)")
+    return model
+
+
+UNCERTAINTY_PROMPT = ("Q: What is the capital of Italy?\nA: Rome\nQ: Who wrote Ulysses?\nA: James Joyce\n"
+                      "Q: What is the capital of Mongolia?\nA:")
+
+
+def uncertainty_demo(target, model, is_gemma: bool) -> None:
+    """`praxon demo` step: one answer with its semantic clusters and entropy (SDLG), after a short NLI-head job."""
+    from praxon.generation.v1 import generation_pb2 as pb
+
+    print("semantic uncertainty (SDLG): an NLI model clusters the answer and its alternatives; no NLI checkpoint "
+          "ships offline, so a MiniLM head (a stand-in for DeBERTa-MNLI) is trained on generated pairs first")
+    nli = train_nli(target, "nli-minilm", DEMO_NLI)
+    prompt = UNCERTAINTY_PROMPT if is_gemma else "question : where does the river go ? answer :"
+    print(f"{'Gemma' if is_gemma else 'tiny model'}: {prompt.splitlines()[-1]}")
+    req = pb.GenerateRequest(model=model, prompt=prompt, sampling=pb.SamplingParams(max_new_tokens=8))
+    uncertain(target, req, "sdlg", f"{nli.name}:{nli.version}", generations=3, timeout=GEMMA_DEADLINE_S)
     rag_demo(target, model)
 
 

@@ -200,7 +200,8 @@ def env(settings, tmp_path_factory, tokenizer):
             metadata=md).job
         row = wait_for(lambda: (r := job_row(private, job.id))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
                        and r, 300, interval=0.3, what="nli job")
-        yield SimpleNamespace(stub=stub, md=md, settings=private, job=job, row=row, channel=channel,
+        yield SimpleNamespace(stub=stub, md=md, settings=private, job=job, row=row, channel=channel, token=token,
+                              address=server.address,
                               registry=models_pb2_grpc.ModelRegistryServiceStub(channel))
         worker.stop()
         channel.close()
@@ -279,3 +280,19 @@ def test_bad_uncertainty_input_names_the_field(env):
                                      metadata=env.md, timeout=30)
     code, _, bad, _ = rpc_error_details(e.value)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and bad.field_violations[0].field == "params.steps"
+
+
+def test_cli_prints_the_answer_with_its_clusters_and_entropy(env):
+    import io
+
+    from services.common.client import resolve_target
+    from services.generation import cli
+
+    out = io.StringIO()
+    req = pb.GenerateRequest(model=common_pb2.ModelRef(name="lm-tiny"), prompt="question : where does the river go ?",
+                             sampling=pb.SamplingParams(max_new_tokens=4))
+    resp = cli.uncertain(resolve_target(env.address, env.token, None), req, "multinomial", "nli-tiny",
+                         generations=2, out=out, timeout=120)
+    text = out.getvalue()
+    assert f"answer: {resp.uncertainty.answer!r}" in text and "cluster 0: mass" in text
+    assert f"uncertainty {resp.uncertainty.entropy:.3f}" in text
