@@ -190,7 +190,49 @@ def test_oracle_campaign_runs_unattended_and_observations_are_written_once(env):
     assert r.duplicates == 1 and r.values[0] == pytest.approx(c.best.value)
     rep = env.stub.GetCampaignReport(pb.GetCampaignReportRequest(campaign_id=camp.id), metadata=_md(env))
     assert [x.round for x in rep.rows] == [1, 2, 3] and [x.cumulative for x in rep.rows] == [4, 8, 12]
-    assert all(a.best_so_far <= b.best_so_far for a, b in zip(rep.rows, rep.rows[1:], strict=False))
+    best = [x.best_so_far for x in rep.rows if not np.isnan(x.best_so_far)]  # NaN: nothing measured yet
+    assert all(a <= b for a, b in zip(best, best[1:], strict=False))
+
+
+def test_failed_measurements_are_kept_as_such_and_learned_from(env):
+    """A measurement that fails (an infeasible sequence) is stored with no value, never as 0: Observe takes it,
+    the oracle reports it for its infeasible sequences, the best and the report skip it, and a suggestion job runs
+    on a campaign that has some."""
+    import psycopg
+
+    from services.design.gameopt.oracles import make_oracle
+
+    camp = _create(env)
+    space = SequenceSpace("ACDEFG", 6, ("",) * 6, (), None, ())
+    seqs = [space.decode(x) for x in space.sample_feasible(np.random.default_rng(5), 10)]
+    obs = [pb.Observation(sequence=s, value=_score(s)) for s in seqs[:7]] + [
+        pb.Observation(sequence=s, failed=True) for s in seqs[7:]]
+    r = env.stub.Observe(pb.ObserveRequest(campaign_id=camp.id, observations=obs), metadata=_md(env))
+    assert r.inserted == 10 and list(r.failed) == [False] * 7 + [True] * 3 and np.isnan(r.values[7])
+    with psycopg.connect(env.settings.database_url.get_secret_value()) as conn:
+        stored = dict(conn.execute("SELECT sequence, value FROM design_observations WHERE campaign_id = %s",
+                                   (camp.id,)).fetchall())
+    assert [stored[s] for s in seqs[7:]] == [None] * 3 and stored[seqs[0]] == _score(seqs[0])
+    c = env.stub.GetCampaign(pb.GetCampaignRequest(campaign_id=camp.id), metadata=_md(env)).campaign
+    assert c.best.value == max(_score(s) for s in seqs[:7]) and not c.best.failed
+    _expect_invalid(lambda: env.stub.Observe(pb.ObserveRequest(campaign_id=camp.id, observations=[
+        pb.Observation(sequence=seqs[0], value=1.0, replicate=5, failed=True)]), metadata=_md(env)),
+        "observations[0].value")
+    job = env.stub.StartSuggestionJob(pb.StartSuggestionJobRequest(campaign_id=camp.id, rounds=20, games=2, seed=0),
+                                      metadata=_md(env)).job
+    assert _wait(env.settings, job.id)["result"]["observations"] == 10
+    # an oracle campaign: the oracle's infeasible sequences are failed measurements, not zeros
+    ocamp = _create(env, alphabet="ACDEFGHI", length=8, batch_size=4,
+                    oracle=pb.Oracle(kind=pb.ORACLE_KIND_EHRLICH, num_motifs=2, motif_length=2, seed=1))
+    oracle = make_oracle({"kind": "ehrlich", "num_states": 8, "length": 8, "num_motifs": 2, "motif_length": 2,
+                          "quantization": 2, "seed": 1})
+    X = np.random.default_rng(0).integers(0, 8, size=(200, 8))
+    bad = next(x for x in X if not oracle.feasible(x[None])[0])
+    good = oracle.initial_solution(1, np.random.default_rng(0))[0]
+    letters = "ACDEFGHI"
+    r = env.stub.Observe(pb.ObserveRequest(campaign_id=ocamp.id, use_oracle=True, observations=[
+        pb.Observation(sequence="".join(letters[i] for i in x)) for x in (bad, good)]), metadata=_md(env))
+    assert list(r.failed) == [True, False] and np.isnan(r.values[0]) and r.values[1] == pytest.approx(oracle(good[None])[0])
 
 
 def test_killed_suggestion_job_resumes_and_runs_once(env):

@@ -40,9 +40,10 @@ def _oracle_msg(spec: dict | None) -> pb.Oracle | None:
 
 
 def _observation(row: dict) -> pb.Observation:
-    return pb.Observation(sequence=row["sequence"], value=row["value"], replicate=row["replicate"],
+    failed = row["value"] is None  # a failed measurement (an infeasible sequence): no value
+    return pb.Observation(sequence=row["sequence"], value=0.0 if failed else row["value"], replicate=row["replicate"],
                           source_job_id=str(row["source_job_id"] or ""), round=row["round"],
-                          observe_time=convert.ts(row["observed_at"]))
+                          observe_time=convert.ts(row["observed_at"]), failed=failed)
 
 
 def campaign_message(row: dict) -> pb.Campaign:
@@ -93,10 +94,13 @@ class DesignServicer(design_pb2_grpc.DesignServiceServicer):
         return pb.ListCampaignsResponse(campaigns=[campaign_message(r) for r in rows], next_page_token=nxt)
 
     async def Observe(self, request, context):
-        obs = [ObservationIn(o.sequence, o.value, o.replicate, o.source_job_id) for o in request.observations]
+        obs = [ObservationIn(o.sequence, o.value, o.replicate, o.source_job_id, o.failed) for o in request.observations]
         out = await self.app.db(self.store.observe, current_tenant(), request.campaign_id, obs, request.use_oracle)
+        values = out["values"]
         return pb.ObserveResponse(inserted=out["inserted"], duplicates=out["duplicates"],
-                                  observation_count=out["observation_count"], values=out["values"])
+                                  observation_count=out["observation_count"],
+                                  values=[float("nan") if v is None else v for v in values],
+                                  failed=[v is None for v in values])
 
     async def StartSuggestionJob(self, request, context):
         opt = SuggestOptions(solver=convert.enum_of(SOLVERS, request.solver, "solver"),

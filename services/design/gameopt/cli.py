@@ -76,14 +76,22 @@ def cmd_get(args) -> None:
     print_campaign(_stub(t).GetCampaign(pb.GetCampaignRequest(campaign_id=args.campaign), metadata=t.metadata).campaign)
 
 
-def _read_observations(path: str) -> list[pb.Observation]:
-    """CSV with a header: sequence,value[,replicate[,source_job_id]]."""
+FAILED = "failed"  # a value that says the measurement failed (an infeasible sequence)
+
+
+def _observation(sequence: str, value: str, **kw) -> pb.Observation:
     from praxon.design.v1 import design_pb2 as pb
 
+    if value.strip().lower() == FAILED:
+        return pb.Observation(sequence=sequence, failed=True, **kw)
+    return pb.Observation(sequence=sequence, value=float(value) if value else 0.0, **kw)
+
+
+def _read_observations(path: str) -> list[pb.Observation]:
+    """CSV with a header: sequence,value[,replicate[,source_job_id]]; a value "failed" is a failed measurement."""
     with open(path, newline="") as fh:
-        return [pb.Observation(sequence=r["sequence"], value=float(r.get("value") or 0.0),
-                               replicate=int(r.get("replicate") or 0), source_job_id=r.get("source_job_id") or "")
-                for r in csv.DictReader(fh)]
+        return [_observation(r["sequence"], r.get("value") or "", replicate=int(r.get("replicate") or 0),
+                             source_job_id=r.get("source_job_id") or "") for r in csv.DictReader(fh)]
 
 
 def cmd_observe(args) -> None:
@@ -93,7 +101,7 @@ def cmd_observe(args) -> None:
     obs = _read_observations(args.file) if args.file else []
     for item in args.obs or []:
         seq, _, value = item.partition("=")
-        obs.append(pb.Observation(sequence=seq, value=float(value) if value else 0.0))
+        obs.append(_observation(seq, value))
     r = _stub(t).Observe(pb.ObserveRequest(campaign_id=args.campaign, observations=obs, use_oracle=args.oracle),
                          metadata=t.metadata)
     print(f"recorded {r.inserted} new, {r.duplicates} already recorded; {r.observation_count} observations")
@@ -187,7 +195,7 @@ def add_commands(parts, client_opts) -> None:
     p = csub.add_parser("observe", help="tell measurements: SEQ=VALUE ... or --file obs.csv")
     client_opts(p)
     p.add_argument("campaign")
-    p.add_argument("obs", nargs="*", help="SEQUENCE=VALUE (replicate 0)")
+    p.add_argument("obs", nargs="*", help="SEQUENCE=VALUE (replicate 0); VALUE \"failed\": the measurement failed")
     p.add_argument("--file", help="CSV: sequence,value[,replicate[,source_job_id]]")
     p.add_argument("--oracle", action="store_true", help="score with the campaign's oracle")
     p.set_defaults(func=cmd_observe)

@@ -18,5 +18,5 @@ def suggestion_finished(conn: Connection, job: dict) -> None:
         "SELECT s.campaign_id, o->>'sequence', 0, (o->>'value')::double precision, j.id, s.round "
         "FROM jobs j JOIN design_suggestion_jobs s ON s.job_id = j.id, "
         "jsonb_array_elements(j.result->'oracle_observations') o "
-        "WHERE j.id = %s AND jsonb_typeof(o->'value') = 'number' AND jsonb_typeof(o->'sequence') = 'string' "
+        "WHERE j.id = %s AND jsonb_typeof(o->'value') IN ('number', 'null') AND jsonb_typeof(o->'sequence') = 'string' "
         "ON CONFLICT DO NOTHING", (job["id"],))

@@ -12,7 +12,7 @@ import numpy as np
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
 from services.design.gameopt.optimizer import GameOpt, GameOptConfig, Suggestion
-from services.design.gameopt.oracles import make_oracle
+from services.design.gameopt.oracles import make_oracle, oracle_values
 from services.design.gameopt.params import SuggestParams
 from services.design.gameopt.space import SequenceSpace
 
@@ -32,7 +32,7 @@ class SuggestionJob:
         self.p = p = parse_params(SuggestParams, ctx.params, prefix="params.")
         self.space = space_from(p)
         X = np.array([self.space.encode(s) for s in p.sequences], dtype=np.int64).reshape(-1, self.space.length)
-        y = np.array(p.values, dtype=np.float64)
+        y = np.array([np.nan if v is None else v for v in p.values], dtype=np.float64)  # NaN: a failed measurement
         self.sign = 1.0 if p.direction == "MAXIMIZE" else -1.0
         cfg = GameOptConfig(solver=p.solver, beta=p.beta, rounds=p.rounds, eta=p.eta, games=p.games,
                             group_size=p.group_size, kernel=p.kernel, noise_std=p.noise_std,
@@ -75,8 +75,8 @@ class SuggestionJob:
         if self.p.oracle:
             oracle = make_oracle(self.p.oracle)
             X = np.array([s.sequence for s in batch], dtype=np.int64).reshape(-1, self.space.length)
-            values = oracle(X) if len(X) else np.zeros(0)
-            out["oracle_observations"] = [{"sequence": it["sequence"], "value": float(v)}
+            values = oracle_values(oracle, X) if len(X) else []
+            out["oracle_observations"] = [{"sequence": it["sequence"], "value": v}  # None: infeasible (failed)
                                           for it, v in zip(items, values, strict=False)]
         return out
 

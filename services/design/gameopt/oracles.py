@@ -228,6 +228,14 @@ class ExhaustiveLandscape:
         return {"kind": "exhaustive", "num_states": self.num_states, "length": self.length, "seed": self.seed}
 
 
+def oracle_values(oracle, X: np.ndarray) -> list[float | None]:
+    """The oracle's scores of X, None where the oracle says the sequence is infeasible (a failed measurement: an
+    Ehrlich function's banned transition), not its conventional 0."""
+    values = oracle(X)
+    feasible = oracle.feasible(X) if hasattr(oracle, "feasible") else np.ones(len(X), dtype=bool)
+    return [float(v) if ok else None for v, ok in zip(values, feasible, strict=True)]
+
+
 def make_oracle(spec: dict):
     """An oracle from its description ({"kind": "ehrlich" | "exhaustive", ...})."""
     kind = spec.get("kind")

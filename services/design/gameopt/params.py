@@ -42,7 +42,7 @@ class SuggestParams(JobParams):
     trust_radius: int | None = Field(default=None, ge=1, le=512)  # optimizer.trust_region; None: off
     seed: int = Field(default=0, ge=0, le=2 ** 63 - 1)  # numpy's generators take non-negative seeds only
     sequences: list[str] = Field(default_factory=list, max_length=MAX_SNAPSHOT)
-    values: list[float] = Field(default_factory=list, max_length=MAX_SNAPSHOT)
+    values: list[float | None] = Field(default_factory=list, max_length=MAX_SNAPSHOT)  # None: a failed measurement
 
     @model_validator(mode="after")
     def _same_length(self) -> "SuggestParams":

@@ -15,7 +15,7 @@ from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common.jobs import JobStore, decode_page_token, encode_page_token, parse_uuid
 from services.common.params import parse_params
 from services.common.registry import Registry
-from services.design.gameopt.oracles import AMINO_ACIDS, make_oracle
+from services.design.gameopt.oracles import AMINO_ACIDS, make_oracle, oracle_values
 from services.design.gameopt.params import MAX_SNAPSHOT, SuggestParams
 from services.design.gameopt.space import MAX_ALPHABET, MAX_LENGTH, SequenceSpace, check_space
 
@@ -60,6 +60,7 @@ class ObservationIn:
     value: float
     replicate: int = 0
     source_job_id: str = ""
+    failed: bool = False  # the measurement failed (an infeasible sequence): stored with no value (NULL)
 
 
 def space_of(row: dict) -> SequenceSpace:
@@ -70,6 +71,7 @@ def space_of(row: dict) -> SequenceSpace:
 def oracle_of(row: dict):
     spec = row.get("oracle")
     return make_oracle(spec) if spec else None
+
 
 
 def _check_sequence(seq: str, alphabet: str, length: int, field_name: str) -> None:
@@ -169,7 +171,7 @@ class CampaignStore:
         order = "DESC" if row["direction"] == "MAXIMIZE" else "ASC"
         stats = conn.execute("SELECT count(*) AS n FROM design_observations WHERE campaign_id = %s",
                              (row["id"],)).fetchone()
-        best = conn.execute(f"SELECT * FROM design_observations WHERE campaign_id = %s "
+        best = conn.execute(f"SELECT * FROM design_observations WHERE campaign_id = %s AND value IS NOT NULL "
                             f"ORDER BY value {order}, observed_at LIMIT 1", (row["id"],)).fetchone()
         rounds = conn.execute("SELECT coalesce(max(round), 0) AS r FROM design_suggestion_jobs WHERE campaign_id = %s",
                               (row["id"],)).fetchone()
@@ -211,8 +213,11 @@ class CampaignStore:
                 if o.replicate < 0:
                     raise InvalidArgument(f + ".replicate", "must be >= 0")
                 if use_oracle:
-                    if o.value != 0:
-                        raise InvalidArgument(f + ".value", "leave unset with use_oracle (the oracle scores it)")
+                    if o.value != 0 or o.failed:
+                        raise InvalidArgument(f + (".failed" if o.failed else ".value"),
+                                              "leave unset with use_oracle (the oracle scores it)")
+                elif o.failed and o.value != 0:
+                    raise InvalidArgument(f + ".value", "a failed measurement has no value: leave it unset")
                 elif not math.isfinite(o.value):
                     raise InvalidArgument(f + ".value", "must be a finite number")
                 if o.source_job_id and o.source_job_id not in sources:
@@ -222,8 +227,8 @@ class CampaignStore:
                     if s is None:
                         raise InvalidArgument(f + ".source_job_id", "not a suggestion job of this campaign")
                     sources[o.source_job_id] = s["round"]
-            values = [float(v) for v in oracle(np.stack([space.encode(o.sequence) for o in observations]))] \
-                if use_oracle else [float(o.value) for o in observations]
+            values = oracle_values(oracle, np.stack([space.encode(o.sequence) for o in observations])) \
+                if use_oracle else [None if o.failed else float(o.value) for o in observations]
             current = conn.execute("SELECT coalesce(max(round), 0) AS r FROM design_suggestion_jobs "
                                    "WHERE campaign_id = %s", (camp["id"],)).fetchone()["r"]
             seen: dict[tuple[str, int], float] = {}
@@ -393,17 +398,19 @@ def report_rows(obs: list[dict], direction: str) -> list[dict]:
     for o in obs:
         by_round.setdefault(int(o["round"]), []).append(o)
     rows, best, best_seq, cum = [], None, "", 0
+    nan = float("nan")
     for r in sorted(by_round):
         items = by_round[r]
         cum += len(items)
-        in_round = items[0]
-        for o in items[1:]:
-            if better(o["value"], in_round["value"]):
+        in_round = None  # failed measurements (value None) have no value to compare
+        for o in items:
+            if o["value"] is not None and (in_round is None or better(o["value"], in_round["value"])):
                 in_round = o
-        if best is None or better(in_round["value"], best):
+        if in_round is not None and (best is None or better(in_round["value"], best)):
             best, best_seq = in_round["value"], in_round["sequence"]
         rows.append({"round": r, "observations": len(items), "cumulative": cum,
-                     "best_in_round": float(in_round["value"]), "best_so_far": float(best), "best_sequence": best_seq})
+                     "best_in_round": nan if in_round is None else float(in_round["value"]),
+                     "best_so_far": nan if best is None else float(best), "best_sequence": best_seq})
     return rows
 
 
@@ -424,9 +431,9 @@ def plot_png(obs: list[dict], direction: str, title: str) -> bytes:
 
     fig = Figure(figsize=(6, 3.5), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
-    values = np.array([o["value"] for o in obs], dtype=float)
+    values = np.array([np.nan if o["value"] is None else o["value"] for o in obs], dtype=float)  # NaN: failed
     if len(values):
-        best = np.maximum.accumulate(values) if direction == "MAXIMIZE" else np.minimum.accumulate(values)
+        best = np.fmax.accumulate(values) if direction == "MAXIMIZE" else np.fmin.accumulate(values)
         ax.step(np.arange(1, len(values) + 1), best, where="post", label="best so far")
         ax.scatter(np.arange(1, len(values) + 1), values, s=8, alpha=0.4, label="observations")
         rounds = np.array([o["round"] for o in obs])

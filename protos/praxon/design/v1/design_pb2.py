@@ -26,21 +26,21 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from praxon.common.v1 import common_pb2 as praxon_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpraxon/design/v1/design.proto\x12\x10praxon.design.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dpraxon/common/v1/common.proto\"\x82\x01\n\x06Oracle\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.praxon.design.v1.OracleKind\x12\x12\n\nnum_motifs\x18\x02 \x01(\x05\x12\x14\n\x0cmotif_length\x18\x03 \x01(\x05\x12\x14\n\x0cquantization\x18\x04 \x01(\x05\x12\x0c\n\x04seed\x18\x05 \x01(\x03\"w\n\x0b\x43onstraints\x12\x17\n\x0f\x61llowed_letters\x18\x01 \x03(\t\x12\x0f\n\x07parents\x18\x02 \x03(\t\x12\x16\n\tmax_edits\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x10\x66orbidden_motifs\x18\x04 \x03(\tB\x0c\n\n_max_edits\"\x9c\x03\n\x08\x43\x61mpaign\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x61lphabet\x18\x03 \x01(\t\x12\x0e\n\x06length\x18\x04 \x01(\x05\x12\x32\n\x0b\x63onstraints\x18\x05 \x01(\x0b\x32\x1d.praxon.design.v1.Constraints\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\x12.\n\tdirection\x18\x07 \x01(\x0e\x32\x1b.praxon.design.v1.Direction\x12\x16\n\tnoise_std\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12(\n\x06oracle\x18\t \x01(\x0b\x32\x18.praxon.design.v1.Oracle\x12\x19\n\x11observation_count\x18\n \x01(\x05\x12\x13\n\x0bround_count\x18\x0b \x01(\x05\x12+\n\x04\x62\x65st\x18\x0c \x01(\x0b\x32\x1d.praxon.design.v1.Observation\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_noise_std\"\x99\x01\n\x0bObservation\x12\x10\n\x08sequence\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x11\n\treplicate\x18\x03 \x01(\x05\x12\x15\n\rsource_job_id\x18\x04 \x01(\t\x12\r\n\x05round\x18\x05 \x01(\x05\x12\x30\n\x0cobserve_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8f\x02\n\x15\x43reateCampaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x61lphabet\x18\x02 \x01(\t\x12\x0e\n\x06length\x18\x03 \x01(\x05\x12\x32\n\x0b\x63onstraints\x18\x04 \x01(\x0b\x32\x1d.praxon.design.v1.Constraints\x12\x12\n\nbatch_size\x18\x05 \x01(\x05\x12.\n\tdirection\x18\x06 \x01(\x0e\x32\x1b.praxon.design.v1.Direction\x12\x16\n\tnoise_std\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12(\n\x06oracle\x18\x08 \x01(\x0b\x32\x18.praxon.design.v1.OracleB\x0c\n\n_noise_std\"F\n\x16\x43reateCampaignResponse\x12,\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x1a.praxon.design.v1.Campaign\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"C\n\x13GetCampaignResponse\x12,\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x1a.praxon.design.v1.Campaign\"=\n\x14ListCampaignsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"_\n\x15ListCampaignsResponse\x12-\n\tcampaigns\x18\x01 \x03(\x0b\x32\x1a.praxon.design.v1.Campaign\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"n\n\x0eObserveRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x33\n\x0cobservations\x18\x02 \x03(\x0b\x32\x1d.praxon.design.v1.Observation\x12\x12\n\nuse_oracle\x18\x03 \x01(\x08\"b\n\x0fObserveResponse\x12\x10\n\x08inserted\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x19\n\x11observation_count\x18\x03 \x01(\x05\x12\x0e\n\x06values\x18\x04 \x03(\x01\"\xc9\x02\n\x19StartSuggestionJobRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x33\n\x06solver\x18\x02 \x01(\x0e\x32#.praxon.design.v1.EquilibriumSolver\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x11\n\x04\x62\x65ta\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x0e\n\x06rounds\x18\x05 \x01(\x05\x12\x10\n\x03\x65ta\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\r\n\x05games\x18\x07 \x01(\x05\x12\x12\n\ngroup_size\x18\x08 \x01(\x05\x12(\n\x06kernel\x18\t \x01(\x0e\x32\x18.praxon.design.v1.Kernel\x12\x0c\n\x04seed\x18\n \x01(\x03\x12\x17\n\x0fidempotency_key\x18\x0b \x01(\t\x12\x14\n\x0ctrust_radius\x18\x0c \x01(\x05\x42\x07\n\x05_betaB\x06\n\x04_eta\"O\n\x1aStartSuggestionJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\x12\r\n\x05round\x18\x02 \x01(\x05\"<\n\x15GetSuggestionsRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"V\n\nSuggestion\x12\x10\n\x08sequence\x18\x01 \x01(\t\x12\x0b\n\x03ucb\x18\x02 \x01(\x01\x12\x0c\n\x04mean\x18\x03 \x01(\x01\x12\x0b\n\x03std\x18\x04 \x01(\x01\x12\x0e\n\x06source\x18\x05 \x01(\t\"~\n\x16GetSuggestionsResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\x12\r\n\x05round\x18\x02 \x01(\x05\x12\x31\n\x0bsuggestions\x18\x03 \x03(\x0b\x32\x1c.praxon.design.v1.Suggestion\"/\n\x18GetCampaignReportRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"\x87\x01\n\tReportRow\x12\r\n\x05round\x18\x01 \x01(\x05\x12\x14\n\x0cobservations\x18\x02 \x01(\x05\x12\x12\n\ncumulative\x18\x03 \x01(\x05\x12\x15\n\rbest_in_round\x18\x04 \x01(\x01\x12\x13\n\x0b\x62\x65st_so_far\x18\x05 \x01(\x01\x12\x15\n\rbest_sequence\x18\x06 \x01(\t\"\xc2\x01\n\x19GetCampaignReportResponse\x12,\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x1a.praxon.design.v1.Campaign\x12)\n\x04rows\x18\x02 \x03(\x0b\x32\x1b.praxon.design.v1.ReportRow\x12\x10\n\x08plot_png\x18\x03 \x01(\x0c\x12+\n\x04plot\x18\x04 \x01(\x0b\x32\x1d.praxon.common.v1.ArtifactRef\x12\r\n\x05table\x18\x05 \x01(\t*V\n\tDirection\x12\x19\n\x15\x44IRECTION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44IRECTION_MAXIMIZE\x10\x01\x12\x16\n\x12\x44IRECTION_MINIMIZE\x10\x02*{\n\x11\x45quilibriumSolver\x12\"\n\x1e\x45QUILIBRIUM_SOLVER_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45QUILIBRIUM_SOLVER_HEDGE\x10\x01\x12$\n EQUILIBRIUM_SOLVER_BEST_RESPONSE\x10\x02*P\n\x06Kernel\x12\x16\n\x12KERNEL_UNSPECIFIED\x10\x00\x12\x16\n\x12KERNEL_ONE_HOT_RBF\x10\x01\x12\x16\n\x12KERNEL_CATEGORICAL\x10\x02*^\n\nOracleKind\x12\x1b\n\x17ORACLE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13ORACLE_KIND_EHRLICH\x10\x01\x12\x1a\n\x16ORACLE_KIND_EXHAUSTIVE\x10\x02\x32\xc6\x05\n\rDesignService\x12\x63\n\x0e\x43reateCampaign\x12\'.praxon.design.v1.CreateCampaignRequest\x1a(.praxon.design.v1.CreateCampaignResponse\x12Z\n\x0bGetCampaign\x12$.praxon.design.v1.GetCampaignRequest\x1a%.praxon.design.v1.GetCampaignResponse\x12`\n\rListCampaigns\x12&.praxon.design.v1.ListCampaignsRequest\x1a\'.praxon.design.v1.ListCampaignsResponse\x12N\n\x07Observe\x12 .praxon.design.v1.ObserveRequest\x1a!.praxon.design.v1.ObserveResponse\x12o\n\x12StartSuggestionJob\x12+.praxon.design.v1.StartSuggestionJobRequest\x1a,.praxon.design.v1.StartSuggestionJobResponse\x12\x63\n\x0eGetSuggestions\x12\'.praxon.design.v1.GetSuggestionsRequest\x1a(.praxon.design.v1.GetSuggestionsResponse\x12l\n\x11GetCampaignReport\x12*.praxon.design.v1.GetCampaignReportRequest\x1a+.praxon.design.v1.GetCampaignReportResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpraxon/design/v1/design.proto\x12\x10praxon.design.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dpraxon/common/v1/common.proto\"\x82\x01\n\x06Oracle\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.praxon.design.v1.OracleKind\x12\x12\n\nnum_motifs\x18\x02 \x01(\x05\x12\x14\n\x0cmotif_length\x18\x03 \x01(\x05\x12\x14\n\x0cquantization\x18\x04 \x01(\x05\x12\x0c\n\x04seed\x18\x05 \x01(\x03\"w\n\x0b\x43onstraints\x12\x17\n\x0f\x61llowed_letters\x18\x01 \x03(\t\x12\x0f\n\x07parents\x18\x02 \x03(\t\x12\x16\n\tmax_edits\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x10\x66orbidden_motifs\x18\x04 \x03(\tB\x0c\n\n_max_edits\"\x9c\x03\n\x08\x43\x61mpaign\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x61lphabet\x18\x03 \x01(\t\x12\x0e\n\x06length\x18\x04 \x01(\x05\x12\x32\n\x0b\x63onstraints\x18\x05 \x01(\x0b\x32\x1d.praxon.design.v1.Constraints\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\x12.\n\tdirection\x18\x07 \x01(\x0e\x32\x1b.praxon.design.v1.Direction\x12\x16\n\tnoise_std\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12(\n\x06oracle\x18\t \x01(\x0b\x32\x18.praxon.design.v1.Oracle\x12\x19\n\x11observation_count\x18\n \x01(\x05\x12\x13\n\x0bround_count\x18\x0b \x01(\x05\x12+\n\x04\x62\x65st\x18\x0c \x01(\x0b\x32\x1d.praxon.design.v1.Observation\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_noise_std\"\xa9\x01\n\x0bObservation\x12\x10\n\x08sequence\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x11\n\treplicate\x18\x03 \x01(\x05\x12\x15\n\rsource_job_id\x18\x04 \x01(\t\x12\r\n\x05round\x18\x05 \x01(\x05\x12\x30\n\x0cobserve_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x66\x61iled\x18\x07 \x01(\x08\"\x8f\x02\n\x15\x43reateCampaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x61lphabet\x18\x02 \x01(\t\x12\x0e\n\x06length\x18\x03 \x01(\x05\x12\x32\n\x0b\x63onstraints\x18\x04 \x01(\x0b\x32\x1d.praxon.design.v1.Constraints\x12\x12\n\nbatch_size\x18\x05 \x01(\x05\x12.\n\tdirection\x18\x06 \x01(\x0e\x32\x1b.praxon.design.v1.Direction\x12\x16\n\tnoise_std\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12(\n\x06oracle\x18\x08 \x01(\x0b\x32\x18.praxon.design.v1.OracleB\x0c\n\n_noise_std\"F\n\x16\x43reateCampaignResponse\x12,\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x1a.praxon.design.v1.Campaign\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"C\n\x13GetCampaignResponse\x12,\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x1a.praxon.design.v1.Campaign\"=\n\x14ListCampaignsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"_\n\x15ListCampaignsResponse\x12-\n\tcampaigns\x18\x01 \x03(\x0b\x32\x1a.praxon.design.v1.Campaign\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"n\n\x0eObserveRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x33\n\x0cobservations\x18\x02 \x03(\x0b\x32\x1d.praxon.design.v1.Observation\x12\x12\n\nuse_oracle\x18\x03 \x01(\x08\"r\n\x0fObserveResponse\x12\x10\n\x08inserted\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x19\n\x11observation_count\x18\x03 \x01(\x05\x12\x0e\n\x06values\x18\x04 \x03(\x01\x12\x0e\n\x06\x66\x61iled\x18\x05 \x03(\x08\"\xc9\x02\n\x19StartSuggestionJobRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x33\n\x06solver\x18\x02 \x01(\x0e\x32#.praxon.design.v1.EquilibriumSolver\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x11\n\x04\x62\x65ta\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x0e\n\x06rounds\x18\x05 \x01(\x05\x12\x10\n\x03\x65ta\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\r\n\x05games\x18\x07 \x01(\x05\x12\x12\n\ngroup_size\x18\x08 \x01(\x05\x12(\n\x06kernel\x18\t \x01(\x0e\x32\x18.praxon.design.v1.Kernel\x12\x0c\n\x04seed\x18\n \x01(\x03\x12\x17\n\x0fidempotency_key\x18\x0b \x01(\t\x12\x14\n\x0ctrust_radius\x18\x0c \x01(\x05\x42\x07\n\x05_betaB\x06\n\x04_eta\"O\n\x1aStartSuggestionJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\x12\r\n\x05round\x18\x02 \x01(\x05\"<\n\x15GetSuggestionsRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"V\n\nSuggestion\x12\x10\n\x08sequence\x18\x01 \x01(\t\x12\x0b\n\x03ucb\x18\x02 \x01(\x01\x12\x0c\n\x04mean\x18\x03 \x01(\x01\x12\x0b\n\x03std\x18\x04 \x01(\x01\x12\x0e\n\x06source\x18\x05 \x01(\t\"~\n\x16GetSuggestionsResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.praxon.common.v1.Job\x12\r\n\x05round\x18\x02 \x01(\x05\x12\x31\n\x0bsuggestions\x18\x03 \x03(\x0b\x32\x1c.praxon.design.v1.Suggestion\"/\n\x18GetCampaignReportRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"\x87\x01\n\tReportRow\x12\r\n\x05round\x18\x01 \x01(\x05\x12\x14\n\x0cobservations\x18\x02 \x01(\x05\x12\x12\n\ncumulative\x18\x03 \x01(\x05\x12\x15\n\rbest_in_round\x18\x04 \x01(\x01\x12\x13\n\x0b\x62\x65st_so_far\x18\x05 \x01(\x01\x12\x15\n\rbest_sequence\x18\x06 \x01(\t\"\xc2\x01\n\x19GetCampaignReportResponse\x12,\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x1a.praxon.design.v1.Campaign\x12)\n\x04rows\x18\x02 \x03(\x0b\x32\x1b.praxon.design.v1.ReportRow\x12\x10\n\x08plot_png\x18\x03 \x01(\x0c\x12+\n\x04plot\x18\x04 \x01(\x0b\x32\x1d.praxon.common.v1.ArtifactRef\x12\r\n\x05table\x18\x05 \x01(\t*V\n\tDirection\x12\x19\n\x15\x44IRECTION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44IRECTION_MAXIMIZE\x10\x01\x12\x16\n\x12\x44IRECTION_MINIMIZE\x10\x02*{\n\x11\x45quilibriumSolver\x12\"\n\x1e\x45QUILIBRIUM_SOLVER_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45QUILIBRIUM_SOLVER_HEDGE\x10\x01\x12$\n EQUILIBRIUM_SOLVER_BEST_RESPONSE\x10\x02*P\n\x06Kernel\x12\x16\n\x12KERNEL_UNSPECIFIED\x10\x00\x12\x16\n\x12KERNEL_ONE_HOT_RBF\x10\x01\x12\x16\n\x12KERNEL_CATEGORICAL\x10\x02*^\n\nOracleKind\x12\x1b\n\x17ORACLE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13ORACLE_KIND_EHRLICH\x10\x01\x12\x1a\n\x16ORACLE_KIND_EXHAUSTIVE\x10\x02\x32\xc6\x05\n\rDesignService\x12\x63\n\x0e\x43reateCampaign\x12\'.praxon.design.v1.CreateCampaignRequest\x1a(.praxon.design.v1.CreateCampaignResponse\x12Z\n\x0bGetCampaign\x12$.praxon.design.v1.GetCampaignRequest\x1a%.praxon.design.v1.GetCampaignResponse\x12`\n\rListCampaigns\x12&.praxon.design.v1.ListCampaignsRequest\x1a\'.praxon.design.v1.ListCampaignsResponse\x12N\n\x07Observe\x12 .praxon.design.v1.ObserveRequest\x1a!.praxon.design.v1.ObserveResponse\x12o\n\x12StartSuggestionJob\x12+.praxon.design.v1.StartSuggestionJobRequest\x1a,.praxon.design.v1.StartSuggestionJobResponse\x12\x63\n\x0eGetSuggestions\x12\'.praxon.design.v1.GetSuggestionsRequest\x1a(.praxon.design.v1.GetSuggestionsResponse\x12l\n\x11GetCampaignReport\x12*.praxon.design.v1.GetCampaignReportRequest\x1a+.praxon.design.v1.GetCampaignReportResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'praxon.design.v1.design_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DIRECTION']._serialized_start=2845
-  _globals['_DIRECTION']._serialized_end=2931
-  _globals['_EQUILIBRIUMSOLVER']._serialized_start=2933
-  _globals['_EQUILIBRIUMSOLVER']._serialized_end=3056
-  _globals['_KERNEL']._serialized_start=3058
-  _globals['_KERNEL']._serialized_end=3138
-  _globals['_ORACLEKIND']._serialized_start=3140
-  _globals['_ORACLEKIND']._serialized_end=3234
+  _globals['_DIRECTION']._serialized_start=2877
+  _globals['_DIRECTION']._serialized_end=2963
+  _globals['_EQUILIBRIUMSOLVER']._serialized_start=2965
+  _globals['_EQUILIBRIUMSOLVER']._serialized_end=3088
+  _globals['_KERNEL']._serialized_start=3090
+  _globals['_KERNEL']._serialized_end=3170
+  _globals['_ORACLEKIND']._serialized_start=3172
+  _globals['_ORACLEKIND']._serialized_end=3266
   _globals['_ORACLE']._serialized_start=116
   _globals['_ORACLE']._serialized_end=246
   _globals['_CONSTRAINTS']._serialized_start=248
@@ -48,39 +48,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CAMPAIGN']._serialized_start=370
   _globals['_CAMPAIGN']._serialized_end=782
   _globals['_OBSERVATION']._serialized_start=785
-  _globals['_OBSERVATION']._serialized_end=938
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=941
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=1212
-  _globals['_CREATECAMPAIGNRESPONSE']._serialized_start=1214
-  _globals['_CREATECAMPAIGNRESPONSE']._serialized_end=1284
-  _globals['_GETCAMPAIGNREQUEST']._serialized_start=1286
-  _globals['_GETCAMPAIGNREQUEST']._serialized_end=1327
-  _globals['_GETCAMPAIGNRESPONSE']._serialized_start=1329
-  _globals['_GETCAMPAIGNRESPONSE']._serialized_end=1396
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=1398
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=1459
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=1461
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=1556
-  _globals['_OBSERVEREQUEST']._serialized_start=1558
-  _globals['_OBSERVEREQUEST']._serialized_end=1668
-  _globals['_OBSERVERESPONSE']._serialized_start=1670
-  _globals['_OBSERVERESPONSE']._serialized_end=1768
-  _globals['_STARTSUGGESTIONJOBREQUEST']._serialized_start=1771
-  _globals['_STARTSUGGESTIONJOBREQUEST']._serialized_end=2100
-  _globals['_STARTSUGGESTIONJOBRESPONSE']._serialized_start=2102
-  _globals['_STARTSUGGESTIONJOBRESPONSE']._serialized_end=2181
-  _globals['_GETSUGGESTIONSREQUEST']._serialized_start=2183
-  _globals['_GETSUGGESTIONSREQUEST']._serialized_end=2243
-  _globals['_SUGGESTION']._serialized_start=2245
-  _globals['_SUGGESTION']._serialized_end=2331
-  _globals['_GETSUGGESTIONSRESPONSE']._serialized_start=2333
-  _globals['_GETSUGGESTIONSRESPONSE']._serialized_end=2459
-  _globals['_GETCAMPAIGNREPORTREQUEST']._serialized_start=2461
-  _globals['_GETCAMPAIGNREPORTREQUEST']._serialized_end=2508
-  _globals['_REPORTROW']._serialized_start=2511
-  _globals['_REPORTROW']._serialized_end=2646
-  _globals['_GETCAMPAIGNREPORTRESPONSE']._serialized_start=2649
-  _globals['_GETCAMPAIGNREPORTRESPONSE']._serialized_end=2843
-  _globals['_DESIGNSERVICE']._serialized_start=3237
-  _globals['_DESIGNSERVICE']._serialized_end=3947
+  _globals['_OBSERVATION']._serialized_end=954
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=957
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=1228
+  _globals['_CREATECAMPAIGNRESPONSE']._serialized_start=1230
+  _globals['_CREATECAMPAIGNRESPONSE']._serialized_end=1300
+  _globals['_GETCAMPAIGNREQUEST']._serialized_start=1302
+  _globals['_GETCAMPAIGNREQUEST']._serialized_end=1343
+  _globals['_GETCAMPAIGNRESPONSE']._serialized_start=1345
+  _globals['_GETCAMPAIGNRESPONSE']._serialized_end=1412
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=1414
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=1475
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=1477
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=1572
+  _globals['_OBSERVEREQUEST']._serialized_start=1574
+  _globals['_OBSERVEREQUEST']._serialized_end=1684
+  _globals['_OBSERVERESPONSE']._serialized_start=1686
+  _globals['_OBSERVERESPONSE']._serialized_end=1800
+  _globals['_STARTSUGGESTIONJOBREQUEST']._serialized_start=1803
+  _globals['_STARTSUGGESTIONJOBREQUEST']._serialized_end=2132
+  _globals['_STARTSUGGESTIONJOBRESPONSE']._serialized_start=2134
+  _globals['_STARTSUGGESTIONJOBRESPONSE']._serialized_end=2213
+  _globals['_GETSUGGESTIONSREQUEST']._serialized_start=2215
+  _globals['_GETSUGGESTIONSREQUEST']._serialized_end=2275
+  _globals['_SUGGESTION']._serialized_start=2277
+  _globals['_SUGGESTION']._serialized_end=2363
+  _globals['_GETSUGGESTIONSRESPONSE']._serialized_start=2365
+  _globals['_GETSUGGESTIONSRESPONSE']._serialized_end=2491
+  _globals['_GETCAMPAIGNREPORTREQUEST']._serialized_start=2493
+  _globals['_GETCAMPAIGNREPORTREQUEST']._serialized_end=2540
+  _globals['_REPORTROW']._serialized_start=2543
+  _globals['_REPORTROW']._serialized_end=2678
+  _globals['_GETCAMPAIGNREPORTRESPONSE']._serialized_start=2681
+  _globals['_GETCAMPAIGNREPORTRESPONSE']._serialized_end=2875
+  _globals['_DESIGNSERVICE']._serialized_start=3269
+  _globals['_DESIGNSERVICE']._serialized_end=3979
 # @@protoc_insertion_point(module_scope)

@@ -104,20 +104,22 @@ class Campaign(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., alphabet: _Optional[str] = ..., length: _Optional[int] = ..., constraints: _Optional[_Union[Constraints, _Mapping]] = ..., batch_size: _Optional[int] = ..., direction: _Optional[_Union[Direction, str]] = ..., noise_std: _Optional[float] = ..., oracle: _Optional[_Union[Oracle, _Mapping]] = ..., observation_count: _Optional[int] = ..., round_count: _Optional[int] = ..., best: _Optional[_Union[Observation, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("sequence", "value", "replicate", "source_job_id", "round", "observe_time")
+    __slots__ = ("sequence", "value", "replicate", "source_job_id", "round", "observe_time", "failed")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     OBSERVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     sequence: str
     value: float
     replicate: int
     source_job_id: str
     round: int
     observe_time: _timestamp_pb2.Timestamp
-    def __init__(self, sequence: _Optional[str] = ..., value: _Optional[float] = ..., replicate: _Optional[int] = ..., source_job_id: _Optional[str] = ..., round: _Optional[int] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    failed: bool
+    def __init__(self, sequence: _Optional[str] = ..., value: _Optional[float] = ..., replicate: _Optional[int] = ..., source_job_id: _Optional[str] = ..., round: _Optional[int] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failed: _Optional[bool] = ...) -> None: ...
 
 class CreateCampaignRequest(_message.Message):
     __slots__ = ("name", "alphabet", "length", "constraints", "batch_size", "direction", "noise_std", "oracle")
@@ -184,16 +186,18 @@ class ObserveRequest(_message.Message):
     def __init__(self, campaign_id: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Observation, _Mapping]]] = ..., use_oracle: _Optional[bool] = ...) -> None: ...
 
 class ObserveResponse(_message.Message):
-    __slots__ = ("inserted", "duplicates", "observation_count", "values")
+    __slots__ = ("inserted", "duplicates", "observation_count", "values", "failed")
     INSERTED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_COUNT_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     inserted: int
     duplicates: int
     observation_count: int
     values: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, inserted: _Optional[int] = ..., duplicates: _Optional[int] = ..., observation_count: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+    failed: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, inserted: _Optional[int] = ..., duplicates: _Optional[int] = ..., observation_count: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., failed: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class StartSuggestionJobRequest(_message.Message):
     __slots__ = ("campaign_id", "solver", "batch_size", "beta", "rounds", "eta", "games", "group_size", "kernel", "seed", "idempotency_key", "trust_radius")
