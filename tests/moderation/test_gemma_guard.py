@@ -144,11 +144,10 @@ def test_bad_gemma_params_name_the_field(tiny_gemma, rows):
     with pytest.raises(InvalidArgument) as e:   # deeper than the backbone
         run_guard_training(_ctx(tiny_gemma, rows, layer=3))
     assert e.value.violations[0].field == "params.layer"
-    ctx = _ctx(tiny_gemma, rows)
-    guard_ctx = InMemoryJobContext(params={"max_iter": 2})
-    run_guard_training(guard_ctx)                  # a MiniLM guard is not a language model
-    (mid, (info, t, c, _)), = guard_ctx.models.items()
-    ctx.models[mid] = (info, t, c, {})
-    ctx.params["backbone_model_version_id"] = mid
-    with pytest.raises(FailedPrecondition):
+    ctx = _ctx(tiny_gemma, rows)                   # a registered guard is not a language model
+    info = ctx.register_model("guard", {"heads.unsafe_w": torch.zeros(1, 4)}, kind="guard/frozen_linear",
+                              config={"kind": "frozen_linear"})
+    ctx.params["backbone_model_version_id"] = info.model_version_id
+    with pytest.raises(FailedPrecondition) as e:
         run_guard_training(ctx)
+    assert e.value.reason == "NOT_A_LANGUAGE_MODEL"
