@@ -296,3 +296,26 @@ def test_cli_prints_the_answer_with_its_clusters_and_entropy(env):
     text = out.getvalue()
     assert f"answer: {resp.uncertainty.answer!r}" in text and "cluster 0: mass" in text
     assert f"uncertainty {resp.uncertainty.entropy:.3f}" in text
+
+
+def test_an_uploaded_hugging_face_nli_checkpoint_is_imported_and_used(env, tmp_path):
+    """StartImportNLIModelJob: a Hugging Face sequence-classification NLI directory (here a tiny random BERT with
+    a DeBERTa-MNLI-style label map, upper case) uploaded as a .tar.gz -> a registered NLI model Generate uses."""
+    from tests.generation.test_api import _dir_files, _tar, _upload
+
+    model, tok = tiny_nli(7)
+    model.config.id2label = {0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}
+    art = _upload(env.channel, env.token, "nli.tar.gz", _tar(_dir_files(model, tok, tmp_path)))
+    job = env.stub.StartImportNLIModelJob(pb.StartImportNLIModelJobRequest(model_name="nli-imported",
+                                                                           artifact_id=art), metadata=env.md).job
+    row = wait_for(lambda: (r := job_row(env.settings, job.id))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+                   and r, 240, interval=0.3, what="nli import")
+    assert row["state"] == "SUCCEEDED", (row["error_reason"], row["error_message"])
+    assert row["result"]["labels"] == {"contradiction": 0, "neutral": 1, "entailment": 2}
+    r = harness.call_retrying(env.stub.Generate, _req(pb.UNCERTAINTY_METHOD_MULTINOMIAL, nli="nli-imported"),
+                              env.md, timeout=120, call_timeout=110)
+    assert r.uncertainty.nli_model.name == "nli-imported" and r.uncertainty.clusters
+    with pytest.raises(grpc.RpcError) as e:
+        env.stub.StartImportNLIModelJob(pb.StartImportNLIModelJobRequest(model_name="x", path=""), metadata=env.md)
+    code, _, bad, _ = rpc_error_details(e.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad.field_violations[0].field == "path"
