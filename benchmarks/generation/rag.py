@@ -9,8 +9,8 @@ QA: every question's documents go into one pool (216 documents for 48 questions)
 documents from the whole pool with MiniLM (the exact path of the service's Search, in process); the three methods run
 on the same retrieved passages with the same Gemma engine (Speculative RAG: Gemma as drafter and verifier). A
 prediction is right when the gold answer appears in it (case-insensitive). Latency: seconds per question, retrieval
-excluded. Index: 100k random unit vectors (384-d, Gaussian: harder for HNSW than real sentence embeddings, which are
-clustered), inserted with COPY and indexed (CREATE INDEX ... USING hnsw, pgvector's defaults m=16,
+excluded. Index: 100k random unit vectors (384-d; --data gaussian: i.i.d., the hardest case for a graph index, or
+clustered: 1,000 topics, closer to sentence embeddings), inserted with COPY and indexed (CREATE INDEX ... USING hnsw, pgvector's defaults m=16,
 ef_construction=64); each query's exact top-10 is the reference for recall@10."""
 from __future__ import annotations
 
@@ -125,7 +125,12 @@ def index(args) -> None:
         rng = np.random.default_rng(args.seed)
         N = args.vectors
         vecs = rng.normal(size=(N, EMBED_DIM)).astype(np.float32)
+        if args.data == "clustered":  # N / 100 topics, a point = its topic's centre + noise (cosine ~0.7 to it)
+            centres = rng.normal(size=(max(1, N // 100), EMBED_DIM)).astype(np.float32)
+            centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+            vecs = centres[rng.integers(0, len(centres), size=N)] + vecs / EMBED_DIM ** 0.5
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        print(f"vectors: {args.data}")
         with db.connect(s) as conn:
             tenant = str(conn.execute("INSERT INTO tenants (name) VALUES ('bench') RETURNING id").fetchone()["id"])
             col = str(conn.execute("INSERT INTO rag_collections (tenant_id, name) VALUES (%s, 'bench') RETURNING id",
@@ -200,7 +205,9 @@ def main() -> None:
     ap.add_argument("--cache", default=".praxon/models")
     ap.add_argument("--vectors", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--ef-search", type=int, nargs="+", default=[40, 100])
+    ap.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200])
+    ap.add_argument("--data", choices=["gaussian", "clustered"], default="gaussian",
+                    help="gaussian: i.i.d. unit vectors; clustered: N/100 topics (closer to sentence embeddings)")
     ap.add_argument("--skip-qa", action="store_true")
     ap.add_argument("--skip-index", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
