@@ -151,3 +151,26 @@ def test_bad_gemma_params_name_the_field(tiny_gemma, rows):
     with pytest.raises(FailedPrecondition) as e:
         run_guard_training(ctx)
     assert e.value.reason == "NOT_A_LANGUAGE_MODEL"
+
+
+@pytest.mark.gemma
+@pytest.mark.skipif(__import__("services.generation.pretrained", fromlist=["missing"]).missing() is not None,
+                    reason="the Gemma 3 270M wheels are not installed")
+def test_the_real_gemma_backbone_through_the_job(tmp_path_factory):
+    """Gemma 3 270M registered as the generation service's import registers it (hf.gguf_to_registry of the packaged
+    GGUF), a gemma_frozen guard trained on 48 rows of the real-request pairs, served back from the registry."""
+    from services.generation import pretrained
+    from services.moderation.data.make_gemma_pairs import PAIRS
+    from services.moderation.schema import parse_guard_jsonl
+
+    tensors, config = hf.gguf_to_registry(pretrained.gguf_file(tmp_path_factory.mktemp("gemma-cache")))
+    rows = parse_guard_jsonl(PAIRS.read_bytes())
+    few = [r for r in rows if r.split == "train"][::40][:36] + [r for r in rows if r.split == "validation"][::30][:12]
+    ctx = _ctx((tensors, config), few, layer=6, max_iter=4)
+    out = run_guard_training(ctx)
+    g = _guard(ctx, out)[0].obj
+    assert g.kind == "gemma_frozen" and g.backbone.n_layers == 18 and g.fingerprint() == out["model_fingerprint"]
+    items = [Item(r.text, r.role, r.prompt) for r in few[:6]]
+    for a, b in zip(moderate_items(g, items, Thresholds()), moderate_items(g, items, Thresholds(), batched=True),
+                    strict=True):
+        assert a.model_kind == "gemma_frozen" and abs(a.unsafe_score - b.unsafe_score) <= SCORE_TOLERANCE
