@@ -121,7 +121,7 @@ def register_guard(settings, tenant_id: str) -> None:
     encoder's, whatever the heads' values)."""
     import torch
 
-    from services.moderation.encoder import get_base_encoder
+    from services.common.minilm import get_base_encoder
     from services.moderation.guard import GuardModel, LinearHeads, base_config
 
     torch.manual_seed(0)

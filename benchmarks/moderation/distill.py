@@ -32,7 +32,7 @@ import torch
 
 from services.moderation.augment import TemplateGenerator
 from services.moderation.distill import StudentConfig, TrainConfig, train_student
-from services.moderation.encoder import get_base_encoder
+from services.common.minilm import get_base_encoder
 from services.moderation.guard import GuardModel, Targets, base_config, fit_frozen_linear, role_features
 from services.moderation.metrics import average_precision, f1_score
 from services.moderation.schema import load_seed_dataset

@@ -133,7 +133,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     from services.generation import pretrained
-    from services.moderation.encoder import get_base_encoder
+    from services.common.minilm import get_base_encoder
     from services.moderation.gemma_guard import GemmaBackbone, GemmaGuard, gemma_config, pair_features, standardiser
     from services.moderation.jobs.train_guard import example_features
 

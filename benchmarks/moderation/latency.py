@@ -43,7 +43,7 @@ def pct(values, q):
 # ---------------------------------------------------------------------------------------------- texts
 def make_texts(n: int, tokens: int, seed: int) -> list[str]:
     """n unique texts of about `tokens` MiniLM tokens, from seed-set sentences each tagged with its own number."""
-    from services.moderation.encoder import get_base_encoder
+    from services.common.minilm import get_base_encoder
     from services.moderation.schema import load_seed_dataset
     from services.moderation.text import split_sentences
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from services.moderation.decision import Thresholds, block_decisions, choose_defaults, moderate
-from services.moderation.encoder import get_base_encoder
+from services.common.minilm import get_base_encoder
 from services.moderation.guard import FinetuneTrainer, GuardModel, Targets, base_config, fit_frozen_linear
 from services.moderation.jobs.train_guard import example_features
 from services.moderation.metrics import average_precision, f1_score

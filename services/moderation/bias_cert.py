@@ -101,7 +101,7 @@ class Vocabulary:
     the WordPiece way ("##x" glues to the previous piece). Embeddings (for soft_jailbreak) load on first use."""
 
     def __init__(self, model_dir: Path | None = None):
-        from services.moderation.encoder import base_model_path
+        from services.common.minilm import base_model_path
 
         self.model_dir = Path(model_dir) if model_dir else base_model_path()
         words = (self.model_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")

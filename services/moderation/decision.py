@@ -226,7 +226,7 @@ def count_tokens(sentences: Sequence[str]) -> list[int]:
         if _TOKENIZER is None:
             from transformers import AutoTokenizer
 
-            from services.moderation.encoder import base_model_path
+            from services.common.minilm import base_model_path
 
             _TOKENIZER = AutoTokenizer.from_pretrained(base_model_path(), local_files_only=True)
         tok = _TOKENIZER

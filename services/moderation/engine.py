@@ -139,7 +139,7 @@ class ModerationEngine:
     def annotate(items: Sequence[Item], guard: Loaded, extras: Extras) -> list[Annotation]:
         """Policy verdicts and severity prediction sets (blocking; run in a thread). A response with a prompt is
         checked against the policies with the prompt as context (policies.evaluate_policies)."""
-        from services.moderation.encoder import get_base_encoder
+        from services.common.minilm import get_base_encoder
         from services.moderation.policies import evaluate_policies
 
         versions = {sp.policy.policy_id: sp.version for sp in extras.policies}

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.moderation.encoder import (
+from services.common.minilm import (
     EMBED_DIM,
     ENCODER_NAME,
     MiniLMEncoder,

@@ -30,7 +30,7 @@ import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.moderation.decision import validate_text
-from services.moderation.encoder import EMBED_DIM, MiniLMEncoder
+from services.common.minilm import EMBED_DIM, MiniLMEncoder
 from services.moderation.guard import newton_block_step
 from services.moderation.metrics import f1_score
 from services.moderation.schema import GuardExample

@@ -18,7 +18,7 @@ def tiny_nli(seed: int = 0):
     """A random tiny BertForSequenceClassification (3 NLI classes) with the packaged MiniLM tokenizer."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from services.moderation.encoder import base_model_path
+    from services.common.minilm import base_model_path
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(base_model_path(), local_files_only=True)

@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def encoder():
-    from services.moderation.encoder import get_base_encoder
+    from services.common.minilm import get_base_encoder
 
     return get_base_encoder()
 

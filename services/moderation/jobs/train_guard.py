@@ -15,7 +15,7 @@ from safetensors.torch import save as st_save
 from services.common.errors import InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
-from services.moderation.encoder import EMBED_DIM, get_base_encoder
+from services.common.minilm import EMBED_DIM, get_base_encoder
 from services.moderation.guard import (
     FEATURE_DIM,
     FinetuneTrainer,

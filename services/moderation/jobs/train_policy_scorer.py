@@ -6,7 +6,7 @@ from typing import Any
 
 from services.common.jobcontext import JobContext
 from services.common.params import parse_params
-from services.moderation.encoder import get_base_encoder
+from services.common.minilm import get_base_encoder
 from services.moderation.jobs.data import load_examples, split_examples
 from services.moderation.params import PolicyScorerTrainParams
 from services.moderation.policies import train_policy_scorer

