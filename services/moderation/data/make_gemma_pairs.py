@@ -15,8 +15,10 @@
    group: no template and no source request is on two sides.
 2. replies: Gemma 3 270M (a base model) writes, greedily and at most MAX_NEW_TOKENS tokens, a compliant reply to
    every request (few-shot prompt of compliant answers, the reply prefilled with "Sure,") and a refusing reply to
-   every second request (few-shot refusals, prefilled with "I'm sorry,"); the reply is cut at its first newline.
-   Written incrementally (one JSON line a reply, resumable), batched, one thread.
+   one request in REFUSE_EVERY (few-shot refusals, prefilled with "I'm sorry,"); the reply is cut at its first
+   newline. Written incrementally (one JSON line a reply, resumable: run it again to continue), batched, one thread,
+   in a fixed shuffled order so that a run stopped early still covers sources and topics evenly. The committed
+   gemma_replies.jsonl is such a run, stopped after 192 of the 723 planned replies (~25 minutes on a shared CPU).
 3. assemble: the praxon guard JSONL rows (schema.py) --
    - every request as a "prompt" row (its own label);
    - (request, compliant reply): unsafe iff the request is, with the request's topic and severity (a reply that does
