@@ -1,6 +1,7 @@
-"""Typed parameters of the moderation job kinds (services.common.params): one pydantic model per kind, built by the
-servicer from the request (errors name the request's fields) and validated again by the job from ctx.params with
-the same model (errors name "params.<field>"). Light: no torch here (the servicer imports it on every request)."""
+"""Typed parameters of the moderation job kinds (services.common.params): one pydantic model per kind (named by its
+JobKind), built by the servicer from the request, so errors name the request's fields, and validated at submit;
+the worker hands the job the typed object it stored (workers/runner.py). Light: no torch here (the servicer imports
+it on every request)."""
 from __future__ import annotations
 
 from typing import Literal

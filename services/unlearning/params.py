@@ -1,6 +1,6 @@
 """The unlearning service's job parameters: one pydantic model per job kind (issue 11), validated once with
-`services.common.params.parse_params` by the request layer (records.py, from the proto) and again by the job
-(jobs.py, from ctx.params) with the same model. Field names are the proto's, so a violation names the field
+`services.common.params.parse_params` by the request layer (records.py, from the proto) at submit; the worker hands
+the job the typed object (workers/runner.py). Field names are the proto's, so a violation names the field
 the caller sent (the one exception, `lr`, is the request's `learning_rate`: see FIELD_PATHS).
 
   unlearning.train    TrainParams    (a certified L2 linear model, a DP-SGD model through Opacus, or a causal LM
