@@ -161,3 +161,33 @@ def test_standard_rag_answers_through_the_engine(engine, tokenizer):
         max_new_tokens=4, stop=rag.STOPS))
     assert res.answer == rag.first_line(fin.text)
     assert res.used == ["d0", "d1", "d2"]
+
+
+@pytest.mark.gemma
+@pytest.mark.skipif(__import__("services.generation.pretrained", fromlist=["x"]).missing() is not None,
+                    reason="the Gemma 3 270M wheels are not installed")
+def test_sparse_rag_on_gemma_past_its_sliding_window_equals_transformers():
+    """Gemma 3 (QK-norm, two RoPEs, sliding-window layers of 512): Sparse RAG's own forward over one passage of ~1,000
+    tokens (block-diagonal = causal with one passage) gives transformers' logits at every step."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from services.generation import pretrained
+
+    path = pretrained.hf_directory(Path(__file__).resolve().parents[2] / ".praxon" / "models")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    eng = Engine(model, tok, name="gemma-rag")
+    text = " ".join(f"Line {i}: the lamp in room {i} is {'red' if i % 3 else 'blue'}." for i in range(60))
+    ps = [rag.Passage("long", text)]
+    q = "What colour is the lamp in room 7?"
+    trace: dict = {}
+    rag.sparse_rag(eng, q, ps, keep=[True], max_new_tokens=3, trace=trace)
+    pre, docs, qi = rag.sparse_segments(eng, q, ps)
+    seq = pre + docs[0] + qi
+    assert len(seq) > 2 * 512
+    n = len(trace["logits"])
+    with torch.inference_mode():
+        ref = model(input_ids=torch.tensor([seq + trace["token_ids"][:n - 1]])).logits[0, -n:].float()
+    torch.testing.assert_close(trace["logits"], ref, rtol=1e-3, atol=1e-3)
