@@ -23,7 +23,7 @@ from services.common.spec import service_settings
 from services.moderation import params as mp
 from services.moderation.bias_store import BiasCertificates
 from services.moderation.decision import DEFAULT_LEVEL, Item, ModerationResult, Thresholds
-from services.moderation.engine import Annotation, ModerationEngine, check_text
+from services.moderation.engine import Annotation, ModerationEngine, ModerationRequest, check_text
 from services.moderation.policy_store import ModerationStore, StoredPolicy, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
 from services.moderation.serving import Loaded
@@ -208,22 +208,20 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
 
     async def _moderate(self, tenant: str, request, items: list[Item], prefix: str = ""
                         ) -> tuple[Loaded, list[pb.ContentResult]]:
-        ids = check_policy_ids(request.policy_ids, prefix + "policy_ids")
-        threshold = policy_threshold(request.policy_threshold, prefix + "policy_threshold")
-        guard, results = await self.engine.moderate(tenant, self._key(tenant, request.model, self.config.default_guard),
-                                                    items)
-        extras = await self.engine.extras(
-            tenant, guard, policy_ids=ids, scorer_key=self._key(tenant, request.policy_scorer,
-                                                                self.config.default_scorer),
-            policy_threshold=threshold, group=request.group, prefix=prefix,
-            calibration_key=(self._key(tenant, request.calibration_model, "")
-                             if request.HasField("calibration_model") else None))
-        out = [content_result(r) for r in results]
-        if extras.policies or extras.calibration is not None:
-            anns = await asyncio.to_thread(self.engine.annotate, items, guard, extras)
-            for res, ann in zip(out, anns, strict=True):
-                annotate_message(res, ann, extras.calibration)
-        return guard, out
+        """One typed request from the proto, one engine call, the answer back to proto."""
+        req = ModerationRequest(
+            tenant, self._key(tenant, request.model, self.config.default_guard), tuple(items),
+            policy_ids=tuple(check_policy_ids(request.policy_ids, prefix + "policy_ids")),
+            scorer=self._key(tenant, request.policy_scorer, self.config.default_scorer),
+            policy_threshold=policy_threshold(request.policy_threshold, prefix + "policy_threshold"),
+            calibration=(self._key(tenant, request.calibration_model, "")
+                         if request.HasField("calibration_model") else None),
+            group=request.group, prefix=prefix)
+        answer = await self.engine.handle(req)
+        out = [content_result(r) for r in answer.results]
+        for res, ann in zip(out, answer.annotations or (), strict=False):
+            annotate_message(res, ann, answer.calibration)
+        return answer.guard, out
 
     # -- moderation
     async def Moderate(self, request, context):

@@ -46,6 +46,33 @@ class Extras:
 
 
 @dataclass(frozen=True)
+class ModerationRequest:
+    """One request to moderate, as the servicer and the predictor build it: the engine answers it in one call
+    (handle). `prefix`: where these fields sit in the caller's message, so that errors name them."""
+
+    tenant: str
+    guard: RefKey
+    items: tuple[Item, ...]
+    policy_ids: tuple[str, ...] = ()
+    scorer: RefKey | None = None            # the policy scorer (needed with policy_ids)
+    policy_threshold: float | None = None   # None: the scorer's default
+    calibration: RefKey | None = None       # a conformal calibration model: severity prediction sets
+    group: str = ""
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class ModerationAnswer:
+    """The guard that answered, a result per item, and (when policies or a calibration were asked) an Annotation
+    per item with the calibration model it used."""
+
+    guard: Loaded
+    results: list[ModerationResult]
+    annotations: list | None = None
+    calibration: Loaded | None = None
+
+
+@dataclass(frozen=True)
 class Annotation:
     """Per text: policy verdicts (policies.ChunkVerdict, with the policy versions) and a severity set."""
 
@@ -113,6 +140,18 @@ class ModerationEngine:
         loaded = await self.model(key)
         th = (await self.thresholds(tenant)).thresholds
         return loaded, StreamModerator(loaded.obj, th, role=role, prompt=prompt)
+
+    async def handle(self, req: ModerationRequest) -> ModerationAnswer:
+        """The whole of a moderation request: the guard's results (batched with concurrent requests), then the
+        policies' verdicts and the severity sets it asked for."""
+        guard, results = await self.moderate(req.tenant, req.guard, req.items, field=req.prefix + "model")
+        extras = await self.extras(req.tenant, guard, policy_ids=req.policy_ids, scorer_key=req.scorer,
+                                   policy_threshold=req.policy_threshold, calibration_key=req.calibration,
+                                   group=req.group, prefix=req.prefix)
+        if not extras.policies and extras.calibration is None:
+            return ModerationAnswer(guard, results)
+        annotations = await asyncio.to_thread(self.annotate, req.items, guard, extras)
+        return ModerationAnswer(guard, results, annotations, extras.calibration)
 
     # -- policies and calibrations
     async def extras(self, tenant: str, guard: Loaded, *, policy_ids: Sequence[str], scorer_key: RefKey,

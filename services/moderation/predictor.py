@@ -99,11 +99,14 @@ class GuardPredictor(oip.DeclaredModel):
                       response_headers: dict[str, str] | None = None) -> InferResponse:
         if not self.ready:
             self.load()
+        from services.moderation.engine import ModerationRequest
+
         items = self.parse(payload)
         try:
-            loaded, results = await self.engine.moderate(self.tenant_id, self.key, items)
+            answer = await self.engine.handle(ModerationRequest(self.tenant_id, self.key, tuple(items)))
         except InvalidArgument as exc:  # e.g. a model reference the engine rejects: still a client error
             raise InvalidInput(exc.message) from None
+        loaded, results = answer.guard, answer.results
         self.last_info = loaded.info
         n = len(items)
         out = {"unsafe_score": np.array([r.unsafe_score for r in results], dtype=np.float64),
