@@ -242,7 +242,7 @@ class LM:
         self.prompt_ids = list(prompt_ids)
         with torch.no_grad():
             out = model(input_ids=torch.tensor([self.prompt_ids]), use_cache=True, logits_to_keep=1)
-        self.cache, self.last_logp = out.past_key_values, torch.log_softmax(out.logits[0, -1].float(), -1)
+        self.cache, self.last_logp = out.cache, torch.log_softmax(out.logits[0, -1].float(), -1)
 
     def text(self, ids: Sequence[int]) -> str:
         s = self.tok.decode(list(ids), skip_special_tokens=True)
@@ -263,7 +263,7 @@ class LM:
 
     def _step(self, cache, tokens: torch.Tensor) -> torch.Tensor:
         """Feed tokens [B, L] after the cache; log-probabilities [B, L, V]."""
-        out = self.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+        out = self.model(input_ids=tokens, cache=cache, use_cache=True)
         return torch.log_softmax(out.logits.float(), -1)
 
     @torch.no_grad()
