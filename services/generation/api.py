@@ -371,7 +371,9 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             return self.app.jobs.submit(tenant, TRAIN_KIND, params, request.idempotency_key)
         return pb.StartLanguageModelTrainingJobResponse(job=convert.job(await asyncio.to_thread(work)))
 
-    async def StartImportLanguageModelJob(self, request, context):
+    async def _start_import(self, request, params_model, kind: str) -> dict:
+        """An import job (a language model, an NLI checkpoint) from an uploaded archive or a local path under the
+        import roots: checked here, so bad input is INVALID_ARGUMENT naming the field, before the job exists."""
         tenant = current_tenant()
         source = request.WhichOneof("source")
         if source is None:
@@ -383,7 +385,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             params["path"] = request.path
         else:
             params["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
-        parse_params(ImportParams, params, field_paths={"model_name": "model_name", "path": "path",
+        parse_params(params_model, params, field_paths={"model_name": "model_name", "path": "path",
                                                         "artifact_id": "artifact_id"})
         if source == "path":
             from pathlib import Path
@@ -394,8 +396,12 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
         def work():
             if "artifact_id" in params:
                 self.app.registry.get_artifact(tenant, params["artifact_id"], "artifact_id")
-            return self.app.jobs.submit(tenant, IMPORT_KIND, params, request.idempotency_key)
-        return pb.StartImportLanguageModelJobResponse(job=convert.job(await asyncio.to_thread(work)))
+            return self.app.jobs.submit(tenant, kind, params, request.idempotency_key)
+        return await asyncio.to_thread(work)
+
+    async def StartImportLanguageModelJob(self, request, context):
+        job = await self._start_import(request, ImportParams, IMPORT_KIND)
+        return pb.StartImportLanguageModelJobResponse(job=convert.job(job))
 
     async def StartNLITrainingJob(self, request, context):
         from services.generation.params import NLITrainParams
@@ -413,30 +419,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
     async def StartImportNLIModelJob(self, request, context):
         from services.generation.params import NLIImportParams
 
-        tenant = current_tenant()
-        source = request.WhichOneof("source")
-        if source is None:
-            raise InvalidArgument("artifact_id", "give an uploaded archive artifact_id or a path")
-        params: dict[str, Any] = {"model_name": request.model_name}
-        if source == "path":
-            if not request.path:
-                raise InvalidArgument("path", "must not be empty")
-            params["path"] = request.path
-        else:
-            params["artifact_id"] = parse_uuid(request.artifact_id, "artifact_id")
-        parse_params(NLIImportParams, params, field_paths={"model_name": "model_name", "path": "path",
-                                                           "artifact_id": "artifact_id"})
-        if source == "path":
-            from pathlib import Path
-
-            from services.generation.jobs import check_local_path
-            check_local_path(request.path, [Path(r).resolve() for r in self.config.import_roots], "path")
-
-        def work():
-            if "artifact_id" in params:
-                self.app.registry.get_artifact(tenant, params["artifact_id"], "artifact_id")
-            return self.app.jobs.submit(tenant, NLI_IMPORT_KIND, params, request.idempotency_key)
-        return pb.StartImportNLIModelJobResponse(job=convert.job(await asyncio.to_thread(work)))
+        job = await self._start_import(request, NLIImportParams, NLI_IMPORT_KIND)
+        return pb.StartImportNLIModelJobResponse(job=convert.job(job))
 
     # -- serving
     async def _nli(self, ref):
