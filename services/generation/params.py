@@ -112,22 +112,9 @@ class NLITrainParams(JobParams):
     seed: int = Field(0, ge=0, le=2 ** 31 - 1)
 
 
-class NLIImportParams(JobParams):
+class NLIImportParams(ImportParams):
     """generation.nli_import: a Hugging Face sequence-classification NLI checkpoint (e.g. DeBERTa-MNLI) from a local
-    path (under an allowed root) or an uploaded archive artifact."""
-
-    model_config = JobParams.model_config
-
-    model_name: ModelName
-    path: str | None = None
-    artifact_id: str | None = Field(None, validate_default=True)
-
-    @field_validator("artifact_id")
-    @classmethod
-    def _one_source(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if (info.data.get("path") is None) == (v is None):
-            raise ValueError("give exactly one of path or artifact_id")
-        return v
+    path (under an allowed root) or an uploaded archive artifact (the same sources as ImportParams)."""
 
 
 class IndexParams(JobParams):
