@@ -459,16 +459,28 @@ class Engine:
     def generate(self, prompt_ids: list[int], sampling: SamplingParams = SamplingParams(),
                  policy: CachePolicy = NO_COMPRESSION, timeout: float = 300) -> tuple[list[TokenEvent], Finished]:
         """Blocking convenience (tests, benchmarks): submit and collect."""
-        q: queue.Queue = queue.Queue()
-        self.submit(Request(prompt_ids, sampling, policy, q.put))
-        events = []
-        while True:
-            e = q.get(timeout=timeout)
-            if isinstance(e, Finished):
-                if e.error is not None:
-                    raise e.error
-                return events, e
-            events.append(e)
+        return self.generate_many([prompt_ids], sampling, policy, timeout)[0]
+
+    def generate_many(self, prompts: list[list[int]], sampling: SamplingParams = SamplingParams(),
+                      policy: CachePolicy = NO_COMPRESSION, timeout: float = 300
+                      ) -> list[tuple[list[TokenEvent], Finished]]:
+        """Blocking: submit every prompt at once (continuous batching decodes them together), then collect each
+        one's (token events, Finished) in order."""
+        qs: list[queue.Queue] = [queue.Queue() for _ in prompts]
+        for ids, q in zip(prompts, qs, strict=True):
+            self.submit(Request(ids, sampling, policy, q.put))
+        out = []
+        for q in qs:
+            events = []
+            while True:
+                e = q.get(timeout=timeout)
+                if isinstance(e, Finished):
+                    if e.error is not None:
+                        raise e.error
+                    out.append((events, e))
+                    break
+                events.append(e)
+        return out
 
     # -- the loop
     def _loop(self) -> None:

@@ -24,7 +24,6 @@ Domain code: no grpc. Every function takes an services.generation.engine.Engine 
 from __future__ import annotations
 
 import math
-import queue
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -116,27 +115,11 @@ def first_line(text: str) -> str:
 
 def _run(engine, prompts: Sequence[list[int]], max_new_tokens: int, stop: tuple[str, ...] = STOPS,
          timeout: float = 600) -> list[tuple[list[Any], Any]]:
-    """Submit every prompt to the engine at once (its continuous batching decodes them together) and collect each
-    one's (token events, Finished), greedy."""
-    from services.generation.engine import NO_COMPRESSION, Finished, Request, SamplingParams
+    """Every prompt decoded together by the engine's continuous batching, greedy: (token events, Finished) each."""
+    from services.generation.engine import SamplingParams
 
     sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=stop)
-    qs: list[queue.Queue] = [queue.Queue() for _ in prompts]
-    reqs = [Request(ids, sp, NO_COMPRESSION, q.put) for ids, q in zip(prompts, qs, strict=True)]
-    for r in reqs:
-        engine.submit(r)
-    out = []
-    for q in qs:
-        events = []
-        while True:
-            e = q.get(timeout=timeout)
-            if isinstance(e, Finished):
-                if e.error is not None:
-                    raise e.error
-                out.append((events, e))
-                break
-            events.append(e)
-    return out
+    return engine.generate_many(list(prompts), sp, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------------ standard
