@@ -302,9 +302,7 @@ class GemmaGuardTraining(_training_base()):
         self.mu, self.sd = feats["mu"].numpy(), feats["sd"].numpy()
 
     def result(self, ctx) -> dict[str, Any]:
-        from services.moderation.decision import choose_defaults
-        from services.moderation.guard import Targets
-        from services.moderation.metrics import guard_metrics
+        from services.moderation.jobs.train_guard import validation_defaults
 
         p, val = self.p, self.val
         config = gemma_config(self.bb_config, model_version_id=p.backbone_model_version_id, layer=p.layer,
@@ -312,15 +310,7 @@ class GemmaGuardTraining(_training_base()):
                               newton_iterations=self.iters, dataset_sha256=self.digest, n_train=len(self.train),
                               n_validation=len(val))
         model = GemmaGuard(self.heads, config, self.backbone, self.mu, self.sd, backbone_tensors=self.bb_tensors)
-        metrics: dict[str, float] = {}
-        if val:
-            pred = model.predict_from_features(self.phi_va)
-            metrics = {f"val_{k}": v for k, v in guard_metrics(pred, Targets.from_examples(val)).items()
-                       if np.isfinite(v)}
-            defaults = choose_defaults(pred, val, target_false_block_rate=p.target_false_block_rate)
-            model.config["decision_defaults"] = defaults
-            metrics.update({f"val_default_{k}": float(v) for k, v in defaults.items()
-                            if k in ("false_block_rate", "recall", "recall_all_unsafe")})
+        metrics = validation_defaults(model, self.phi_va, val, p.target_false_block_rate) if val else {}
         model.version = model.fingerprint()
         tensors, cfg = model.to_registry()
         info = ctx.register_model(p.model_name, tensors, kind=f"guard/{KIND}", config=cfg, metrics=metrics,

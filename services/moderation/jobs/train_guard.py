@@ -34,6 +34,21 @@ from services.moderation.schema import GuardExample, dump_guard_jsonl
 _FEATURE_CHUNK = 64
 
 
+def validation_defaults(model, phi_val: np.ndarray, val: list[GuardExample], target_false_block_rate: float
+                        ) -> dict[str, float]:
+    """A trained guard's validation metrics; its decision defaults are chosen on the same rows (for at most
+    `target_false_block_rate` of benign rows blocked) and set in model.config. Every guard kind's trainer ends here."""
+    from services.moderation.decision import choose_defaults
+
+    pred = model.predict_from_features(phi_val)
+    metrics = {f"val_{k}": v for k, v in guard_metrics(pred, Targets.from_examples(val)).items() if np.isfinite(v)}
+    defaults = choose_defaults(pred, val, target_false_block_rate=target_false_block_rate)
+    model.config["decision_defaults"] = defaults
+    metrics.update({f"val_default_{k}": float(v) for k, v in defaults.items()
+                    if k in ("false_block_rate", "recall", "recall_all_unsafe")})
+    return metrics
+
+
 def example_features(ctx: JobContext | None, rows: list[GuardExample], lo: float = 0.0, hi: float = 1.0,
                      label: str = "") -> np.ndarray:
     """phi of labeled rows with the frozen base encoder (a response row with a prompt is featurised with it)."""
@@ -125,8 +140,6 @@ class GuardTraining:
             self.trainer.load_state(st["trainer"])
 
     def result(self, ctx: JobContext) -> dict[str, Any]:
-        from services.moderation.decision import choose_defaults
-
         p, val = self.p, self.val
         config = base_config(p.kind, self.enc, p.l2, newton_iterations=self.iters, dataset_sha256=self.digest,
                              n_train=len(self.train), n_validation=len(val))
@@ -139,15 +152,7 @@ class GuardTraining:
             model = self.trainer.to_model(config)
             if val:  # the fine-tuned encoder's features
                 phi_va = model.features([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
-        metrics: dict[str, float] = {}
-        if val:
-            pred = model.predict_from_features(phi_va)
-            metrics = {f"val_{k}": v for k, v in guard_metrics(pred, Targets.from_examples(val)).items()
-                       if np.isfinite(v)}
-            defaults = choose_defaults(pred, val, target_false_block_rate=p.target_false_block_rate)
-            model.config["decision_defaults"] = defaults
-            metrics.update({f"val_default_{k}": float(v) for k, v in defaults.items()
-                            if k in ("false_block_rate", "recall", "recall_all_unsafe")})
+        metrics = validation_defaults(model, phi_va, val, p.target_false_block_rate) if val else {}
         tensors, cfg = model.to_registry()
         info = ctx.register_model(p.model_name, tensors, kind=f"guard/{p.kind}", config=cfg, metrics=metrics,
                                   dataset_artifact_id=p.dataset_artifact_id)
