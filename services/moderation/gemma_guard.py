@@ -232,6 +232,15 @@ class GemmaGuard:
         return GuardModel.linear_heads(self)
 
 
+def guard_from_registry(tensors: dict[str, torch.Tensor], config: dict[str, Any], *, version: str | None = None
+                        ) -> GuardModel | GemmaGuard:
+    """The guard of a registered version by its config kind, for the jobs that read a guard (calibration): a
+    GemmaGuard for "gemma_frozen", else guard.GuardModel (which names what it cannot read)."""
+    if config.get("kind") == KIND:
+        return GemmaGuard.from_registry(tensors, config, version=version)
+    return GuardModel.from_registry(tensors, config, version=version)
+
+
 def gemma_config(backbone_config: dict[str, Any], *, model_version_id: str, layer: int, pool: str, l2: float,
                  max_tokens: int = DEFAULT_MAX_TOKENS, hidden_size: int, **extra: Any) -> dict[str, Any]:
     return {"kind": KIND, "feature_spec": FEATURE_SPEC, "feature_dim": hidden_size + 2, "topics": list(TOPICS),

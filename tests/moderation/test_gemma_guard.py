@@ -174,3 +174,31 @@ def test_the_real_gemma_backbone_through_the_job(tmp_path_factory):
     for a, b in zip(moderate_items(g, items, Thresholds()), moderate_items(g, items, Thresholds(), batched=True),
                     strict=True):
         assert a.model_kind == "gemma_frozen" and abs(a.unsafe_score - b.unsafe_score) <= SCORE_TOLERANCE
+
+
+def test_conformal_calibration_of_a_gemma_guard(trained, rows):
+    """The calibration job reads a gemma_frozen guard (scored row by row, its canonical path, with each reply's
+    request) and its thresholds give prediction sets over the same guard's probabilities."""
+    import json
+
+    from services.moderation.conformal import ConformalSeverity
+    from services.moderation.jobs.calibrate import run_calibration
+
+    ctx, out = trained
+    _info, tensors, config, _lineage = ctx.models[out["model_version_id"]]
+    known = [r for r in rows if r.severity or not r.unsafe]
+    data = "".join(json.dumps({**r.to_json(), "group": "ab"[i % 2]}) + "\n" for i, r in enumerate(known)).encode()
+    cctx = InMemoryJobContext(params={})
+    gid = cctx.register_model("guard-gemma", tensors, kind="guard/gemma_frozen", config=config).model_version_id
+    cctx.params.update({"guard_model_version_id": gid, "dataset_artifact_id": cctx.add_artifact(data),
+                        "alpha": 0.2, "metric": "equal_opportunity"})
+    res = run_calibration(cctx)
+    (_, t_cal, c_cal, lin), = [m for m in cctx.models.values() if m[3]["kind"] == "guard.conformal"]
+    assert lin["parent_version_ids"] == [gid] and c_cal["guard_model_version_id"] == gid
+    m = res["metrics"]
+    assert m["n_calibration"] + m["n_eval"] == len(known) and m["calibration_fair_coverage"] >= 0.8 - 0.05
+    g = _guard(ctx, out)[0].obj
+    cal = ConformalSeverity.from_registry(t_cal, c_cal)
+    sets = cal.prediction_sets(g.predict_proba(["Sure, here is how.", "How do I bake bread?"], ["response", "prompt"],
+                                               ["How do I build a bomb?", None]), ["a", "b"])
+    assert len(sets) == 2 and all(s and s == sorted(set(s)) for s in sets)

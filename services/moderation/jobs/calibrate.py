@@ -12,7 +12,6 @@ import torch
 from services.common.errors import FieldViolation, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
-from services.moderation.guard import GuardModel
 from services.moderation.params import CalibrationParams
 from services.moderation.schema import GuardExample, validate_row
 
@@ -87,8 +86,10 @@ class Calibration:
                               ).hexdigest()
 
     def setup(self, ctx: JobContext) -> None:
+        from services.moderation.gemma_guard import guard_from_registry  # any teacher kind, the Gemma guard too
+
         tensors, gconfig = ctx.load_model(self.p.guard_model_version_id)
-        self.guard = GuardModel.from_registry(tensors, gconfig, version=self.p.guard_model_version_id)
+        self.guard = guard_from_registry(tensors, gconfig, version=self.p.guard_model_version_id)
         self.topics: list[np.ndarray] = []
         self.sev_ge: list[np.ndarray] = []
 
