@@ -1,19 +1,26 @@
 """FLAT vs gradient ascent vs NPO on fictitious authors (TOFU's protocol at small scale), Gemma 3 270M with LoRA.
 
 1. Fine-tune the base model on the QA of the first `--authors` fictitious authors (services/unlearning/authors.py;
-   LoRA merged into the weights): the "full" model. Fine-tune it again without the forget authors: the "retain"
-   model, the reference of forget quality.
+   LoRA merged into the weights): the "full" model, one for every fraction and seed. Fine-tune it again without the
+   forget authors of the largest fraction: the "retain" model, the reference of forget quality for every fraction
+   (the forget sets are nested: the last ceil(fraction * authors) authors). A simplification of TOFU, which trains
+   one retain model per fraction: the reference truth ratios of a forgotten author come from a model that never saw
+   it either way; ours also never saw the other authors of the largest forget set (one fine-tune less, ~1/3 of the
+   wall time). `--retain-per-fraction` trains TOFU's one per fraction instead.
 2. Forget the last ceil(fraction * authors) authors from the full model with each method (same LoRA settings,
    epochs, learning rate, batch): FLAT (Total-Variation and KL), gradient ascent, NPO (OpenUnlearning: beta 0.1,
-   retain weight 1, reference = the full model).
+   retain weight 1 on that fraction's retained authors, reference = the full model).
 3. Evaluate every model (services/unlearning/llm_eval.py): forget quality (KS p-value of forget truth ratios against
    the retain model), forget-answer probability, template ("I don't know") probability, model utility (harmonic mean
    of probability / truth ratio / ROUGE-L recall on retained authors and world facts), MIA AUC (forget records vs
-   authors never trained on).
+   authors never trained on). Utility is measured on questions of the authors retained at every fraction, so it
+   compares across fractions.
 Unlearning seeds vary the data order, template draws and LoRA initialisation; the fine-tuned models are shared.
-Rows are appended to --jsonl as they finish (a killed run keeps what it measured); the table prints at the end.
+The loop runs seed by seed (every fraction and method of a seed before the next seed), and rows are appended to
+--jsonl as they finish: a run stopped between seeds keeps whole seeds; `--table JSONL` prints the table of a file.
 
-    nohup .venv/bin/python benchmarks/unlearning/flat.py > /tmp/flat_bench.log 2>&1 &
+    nohup nice .venv/bin/python benchmarks/unlearning/flat.py --save-dir /tmp/flat_models > /tmp/flat_bench.log 2>&1 &
+    .venv/bin/python benchmarks/unlearning/flat.py --table /tmp/flat_bench.jsonl
     .venv/bin/python benchmarks/unlearning/flat.py --tiny      # a random tiny Llama on the same tokenizer: smoke
 """
 from __future__ import annotations
@@ -106,9 +113,11 @@ def main(argv=None):
     ap.add_argument("--cache", default="/tmp/gemma/cache")
     ap.add_argument("--model", default="", help="a Hugging Face directory instead of Gemma 3 270M")
     ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--authors", type=int, default=10)
+    ap.add_argument("--authors", type=int, default=20, help="20: forget 5%% = 1 author, 10%% = 2")
     ap.add_argument("--holdout", type=int, default=2, help="authors never trained on (MIA non-members)")
-    ap.add_argument("--fractions", default="0.1")
+    ap.add_argument("--fractions", default="0.05,0.1")
+    ap.add_argument("--retain-per-fraction", action="store_true",
+                    help="a retain model per fraction (TOFU) instead of one without the largest forget set")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--methods", default="flat_tv,flat_kl,grad_ascent,npo")
     ap.add_argument("--ft-epochs", type=int, default=5)
@@ -121,7 +130,11 @@ def main(argv=None):
     ap.add_argument("--no-rouge", action="store_true")
     ap.add_argument("--jsonl", default="/tmp/flat_bench.jsonl")
     ap.add_argument("--save-dir", default="", help="keep the fine-tuned models here and reuse them")
+    ap.add_argument("--table", default="", help="only print the table of this JSONL file")
     args = ap.parse_args(argv)
+    if args.table:
+        print_table([json.loads(line) for line in open(args.table) if line.strip()])
+        return
     torch.set_num_threads(1)
     t_all = time.perf_counter()
     model, tok, model_name = load_model(args)
@@ -144,26 +157,42 @@ def main(argv=None):
     ft_s = time.perf_counter() - t
     print(f"fine-tuned on {len(train)} QA of {len(train_authors)} authors in {ft_s:.0f}s, last loss "
           f"{logs[-1]['loss']:.3f}", flush=True)
-    for frac in [float(x) for x in args.fractions.split(",")]:
-        n_forget = max(1, math.ceil(frac * len(train_authors)))
-        forget_authors = train_authors[-n_forget:]
-        retain_authors = train_authors[:-n_forget]
-        forget = [r for a in forget_authors for r in groups[a]]
-        retain = [r for a in retain_authors for r in groups[a]]
-        g = torch.Generator().manual_seed(0)
-        pick = torch.randperm(len(retain), generator=g)[:args.retain_eval].tolist()
-        sets = {"forget": forget, "retain_eval": [retain[i] for i in pick], "world": data["world_facts"],
+    fractions = [float(x) for x in args.fractions.split(",")]
+    n_forgets = {frac: max(1, math.ceil(frac * len(train_authors))) for frac in fractions}
+    if max(n_forgets.values()) >= len(train_authors):
+        raise SystemExit("a forget fraction leaves no retained author")
+    n_max = max(n_forgets.values())
+    # utility questions from the authors retained at every fraction
+    always_retained = [r for a in train_authors[:-n_max] for r in groups[a]]
+    g = torch.Generator().manual_seed(0)
+    retain_eval = [always_retained[i] for i in torch.randperm(len(always_retained), generator=g)[:args.retain_eval]]
+    retain_models = {}  # number of authors left out -> (model, seconds), while the references are evaluated
+    setups = {}
+    for frac in fractions:
+        n_forget = n_forgets[frac]
+        forget = [r for a in train_authors[-n_forget:] for r in groups[a]]
+        retain = [r for a in train_authors[:-n_forget] for r in groups[a]]
+        sets = {"forget": forget, "retain_eval": retain_eval, "world": data["world_facts"],
                 "holdout": [r for a in holdout_authors for r in groups[a]]}
-        t = time.perf_counter()
-        ret_model, _ = finetune(model, tok, retain, args, tag=f"retain{n_forget}")
-        ret_s = time.perf_counter() - t
+        n_ref = n_forget if args.retain_per_fraction else n_max
+        if n_ref not in retain_models:
+            t = time.perf_counter()
+            ret_model, _ = finetune(model, tok, [r for a in train_authors[:-n_ref] for r in groups[a]], args,
+                                    tag=f"retain{n_ref}")
+            retain_models[n_ref] = (ret_model, time.perf_counter() - t)
+        ret_model, ret_s = retain_models[n_ref]
         ref = evaluate(ret_model, tok, sets, args)
-        base = {"fraction": frac, "forget_authors": n_forget, "forget_qa": len(forget)}
+        base = {"fraction": frac, "forget_authors": n_forget, "forget_qa": len(forget), "retain_model_authors":
+                len(train_authors) - n_ref}
         emit(row("retain_model", -1, ref, ref["forget_truth_ratios"], ret_s, base))
-        del ret_model
         ev_full = evaluate(full, tok, sets, args)
         emit(row("finetuned", -1, ev_full, ref["forget_truth_ratios"], ft_s, base))
-        for seed in [int(s) for s in args.seeds.split(",")]:
+        setups[frac] = (forget, retain, sets, ref["forget_truth_ratios"], base)
+    del ret_model
+    retain_models.clear()
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for frac in fractions:
+            forget, retain, sets, ref_ratios, base = setups[frac]
             for m in args.methods.split(","):
                 method, div = METHODS[m]
                 cfg = F.TrainConfig(method=method, divergence=div or "total_variation", adaptation="lora",
@@ -174,8 +203,9 @@ def main(argv=None):
                 um = tr.final_model()
                 secs = time.perf_counter() - t
                 ev = evaluate(um, tok, sets, args)
-                emit(row(m, seed, ev, ref["forget_truth_ratios"], secs, dict(base, steps=tr.total)))
+                emit(row(m, seed, ev, ref_ratios, secs, dict(base, steps=tr.total)))
                 del um, tr
+        print(f"seed {seed} done at {time.perf_counter() - t_all:.0f}s", flush=True)
     wall = time.perf_counter() - t_all
     print(f"\n{model_name}: {len(train_authors)} authors x 6 QA, LoRA r8; unlearning {args.epochs} epochs lr "
           f"{args.lr:g} batch {args.batch}; fine-tune {args.ft_epochs} epochs lr {args.ft_lr:g}; wall {wall:.0f}s")
@@ -183,7 +213,8 @@ def main(argv=None):
 
 
 def print_table(rows):
-    hdr = ("frac", "model", "seeds", "forget_q", "forget_p", "tmpl_p", "utility", "retain_p", "world_p", "mia_auc")
+    hdr = ("frac", "model", "seeds", "forget_q", "truth_ratio", "forget_p", "tmpl_p", "utility", "retain_p",
+           "world_p", "mia_auc")
     print(" | ".join(f"{h:>12}" for h in hdr))
     keys = []
     for r in rows:
@@ -197,6 +228,7 @@ def print_table(rows):
             vals = [f(r) for r in rs if f(r) is not None]
             return sum(vals) / len(vals) if vals else float("nan")
         cells = (f"{frac:g}", m, str(len(rs)), f"{mean(lambda r: r['forget_quality']):.3g}",
+                 f"{mean(lambda r: r['forget_truth_ratio']):.3f}",
                  f"{mean(lambda r: r['forget_prob']):.3f}", f"{mean(lambda r: r['template_prob']):.3f}",
                  f"{mean(lambda r: r['model_utility']):.3f}", f"{mean(lambda r: r['retain']['probability']):.3f}",
                  f"{mean(lambda r: r['world_facts']['probability']):.3f}", f"{mean(lambda r: r['mia_auc']):.3f}")
