@@ -24,6 +24,13 @@ class GuardKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GUARD_KIND_UNSPECIFIED: _ClassVar[GuardKind]
     GUARD_KIND_FROZEN_LINEAR: _ClassVar[GuardKind]
     GUARD_KIND_FINETUNE: _ClassVar[GuardKind]
+    GUARD_KIND_GEMMA_FROZEN: _ClassVar[GuardKind]
+
+class GuardPooling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GUARD_POOLING_UNSPECIFIED: _ClassVar[GuardPooling]
+    GUARD_POOLING_MEAN: _ClassVar[GuardPooling]
+    GUARD_POOLING_LAST: _ClassVar[GuardPooling]
 
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +74,10 @@ DATASET_FORMAT_WILDGUARDMIX: DatasetFormat
 GUARD_KIND_UNSPECIFIED: GuardKind
 GUARD_KIND_FROZEN_LINEAR: GuardKind
 GUARD_KIND_FINETUNE: GuardKind
+GUARD_KIND_GEMMA_FROZEN: GuardKind
+GUARD_POOLING_UNSPECIFIED: GuardPooling
+GUARD_POOLING_MEAN: GuardPooling
+GUARD_POOLING_LAST: GuardPooling
 ROLE_UNSPECIFIED: Role
 ROLE_PROMPT: Role
 ROLE_RESPONSE: Role
@@ -261,7 +272,7 @@ class PolicySource(_message.Message):
     def __init__(self, chunks: _Optional[_Iterable[_Union[PolicyChunk, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class StartGuardTrainingJobRequest(_message.Message):
-    __slots__ = ("dataset_artifact_id", "format", "model_name", "kind", "l2", "max_iter", "epochs", "trainable_layers", "lr", "head_lr", "batch_size", "seed", "validation_fraction", "idempotency_key")
+    __slots__ = ("dataset_artifact_id", "format", "model_name", "kind", "l2", "max_iter", "epochs", "trainable_layers", "lr", "head_lr", "batch_size", "seed", "validation_fraction", "idempotency_key", "backbone_model", "layer", "pool", "max_tokens")
     DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +287,10 @@ class StartGuardTrainingJobRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    BACKBONE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     dataset_artifact_id: str
     format: DatasetFormat
     model_name: str
@@ -290,7 +305,11 @@ class StartGuardTrainingJobRequest(_message.Message):
     seed: int
     validation_fraction: float
     idempotency_key: str
-    def __init__(self, dataset_artifact_id: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., model_name: _Optional[str] = ..., kind: _Optional[_Union[GuardKind, str]] = ..., l2: _Optional[float] = ..., max_iter: _Optional[int] = ..., epochs: _Optional[int] = ..., trainable_layers: _Optional[int] = ..., lr: _Optional[float] = ..., head_lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., validation_fraction: _Optional[float] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    backbone_model: _common_pb2.ModelRef
+    layer: int
+    pool: GuardPooling
+    max_tokens: int
+    def __init__(self, dataset_artifact_id: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., model_name: _Optional[str] = ..., kind: _Optional[_Union[GuardKind, str]] = ..., l2: _Optional[float] = ..., max_iter: _Optional[int] = ..., epochs: _Optional[int] = ..., trainable_layers: _Optional[int] = ..., lr: _Optional[float] = ..., head_lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., validation_fraction: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., backbone_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., layer: _Optional[int] = ..., pool: _Optional[_Union[GuardPooling, str]] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class StartGuardTrainingJobResponse(_message.Message):
     __slots__ = ("job",)
