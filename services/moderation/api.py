@@ -35,7 +35,8 @@ ROLE_ENUMS = {v: k for k, v in ROLE_NAMES.items()}
 FORMATS = {pb.DATASET_FORMAT_UNSPECIFIED: "praxon", pb.DATASET_FORMAT_PRAXON: "praxon",
            pb.DATASET_FORMAT_BINGOGUARD: "bingoguard", pb.DATASET_FORMAT_WILDGUARDMIX: "wildguardmix"}
 KINDS = {pb.GUARD_KIND_UNSPECIFIED: "frozen_linear", pb.GUARD_KIND_FROZEN_LINEAR: "frozen_linear",
-         pb.GUARD_KIND_FINETUNE: "finetune"}
+         pb.GUARD_KIND_FINETUNE: "finetune", pb.GUARD_KIND_GEMMA_FROZEN: "gemma_frozen"}
+POOLS = {pb.GUARD_POOLING_UNSPECIFIED: "mean", pb.GUARD_POOLING_MEAN: "mean", pb.GUARD_POOLING_LAST: "last"}
 METRICS = {pb.FAIRNESS_METRIC_NONE: "none", pb.FAIRNESS_METRIC_EQUAL_OPPORTUNITY: "equal_opportunity",
            pb.FAIRNESS_METRIC_DISPARATE_IMPACT: "disparate_impact",
            pb.FAIRNESS_METRIC_PREDICTIVE_EQUALITY: "predictive_equality",
@@ -397,9 +398,19 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
         tenant = current_tenant()
         raw: dict[str, Any] = {"model_name": request.model_name or "guard",
                                "kind": convert.enum_of(KINDS, request.kind, "kind"),
+                               "pool": convert.enum_of(POOLS, request.pool, "pool"),
                                **self._optional(request, ("l2", "max_iter", "epochs", "trainable_layers", "lr",
-                                                          "head_lr", "batch_size", "seed", "validation_fraction"))}
+                                                          "head_lr", "batch_size", "seed", "validation_fraction",
+                                                          "layer", "max_tokens"))}
         self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
+        if raw["kind"] == "gemma_frozen":
+            if not request.backbone_model.name:
+                raise InvalidArgument("backbone_model.name", "required for kind GUARD_KIND_GEMMA_FROZEN (the "
+                                      "language model the guard reads)")
+            lm = await asyncio.to_thread(self._language_model, tenant, request.backbone_model, "backbone_model")
+            raw["backbone_model_version_id"] = lm["generator_model_version_id"]
+        elif request.HasField("backbone_model"):
+            raise InvalidArgument("backbone_model", "only for kind GUARD_KIND_GEMMA_FROZEN")
         params = parse_params(mp.GuardTrainParams, raw)
         return pb.StartGuardTrainingJobResponse(job=await self._submit(tenant, "moderation.train_guard", params,
                                                                        request))

@@ -202,3 +202,108 @@ def test_conformal_calibration_of_a_gemma_guard(trained, rows):
     sets = cal.prediction_sets(g.predict_proba(["Sure, here is how.", "How do I bake bread?"], ["response", "prompt"],
                                                ["How do I build a bomb?", None]), ["a", "b"])
     assert len(sets) == 2 and all(s and s == sorted(set(s)) for s in sets)
+
+
+# ------------------------------------------------------------------------------------ through the real server
+@pytest.fixture(scope="module")
+def api_env(settings, tiny_gemma, rows, tmp_path_factory):
+    """A private platform (its own database and broker) with the moderation service, a worker for the training and
+    calibration queues, the tiny Gemma registered as a language model and the rows uploaded as a dataset."""
+    import uuid
+    from types import SimpleNamespace
+
+    import grpc
+
+    from praxon.jobs.v1 import jobs_pb2_grpc
+    from praxon.moderation.v1 import moderation_pb2_grpc
+    from tests import harness
+
+    with harness.private_platform(settings) as private:
+        tenant, token = harness.token_for(private, f"gemma-guard-{uuid.uuid4().hex[:6]}")
+        harness.register_model(private, tenant, "gemma-tiny", tiny_gemma[0], kind=hf.REGISTRY_KIND,
+                               config=tiny_gemma[1])
+        harness.register_model(private, tenant, "not-an-lm", {"w": torch.zeros(2)}, kind="guard/frozen_linear",
+                               config={"kind": "frozen_linear"})
+        server = harness.PlatformServer(private, ["platform", "moderation"])
+        worker = harness.Worker(private, tmp_path_factory.mktemp("gemma-guard-worker"),
+                                queues="training,calibration")
+        channel = grpc.insecure_channel(server.address)
+        try:
+            yield SimpleNamespace(stub=moderation_pb2_grpc.ModerationServiceStub(channel),
+                                  jobs=jobs_pb2_grpc.JobServiceStub(channel), channel=channel, token=token,
+                                  md=harness.auth(token), server=server, tenant=tenant, worker=worker,
+                                  dataset=_upload(channel, token, dump_guard_jsonl(rows)))
+        finally:
+            worker.stop()
+            channel.close()
+            server.stop()
+
+
+def _upload(channel, token, data: bytes) -> str:
+    from praxon.artifacts.v1 import artifacts_pb2, artifacts_pb2_grpc
+    from tests.harness import auth
+
+    stub = artifacts_pb2_grpc.ArtifactServiceStub(channel)
+    msg = artifacts_pb2.UploadArtifactRequest(name="rows.jsonl", content_type="application/jsonl", chunk=data)
+    return stub.UploadArtifact(iter([msg]), metadata=auth(token)).artifact.id
+
+
+def test_start_guard_training_job_trains_a_gemma_guard_that_calibrates(api_env, rows):
+    """StartGuardTrainingJob with kind GEMMA_FROZEN pins the backbone it resolved, the worker trains the guard, and
+    StartCalibrationJob calibrates it (the calibration job reads a gemma_frozen guard)."""
+    import json
+
+    from praxon.common.v1 import common_pb2
+    from praxon.moderation.v1 import moderation_pb2 as pb
+    from tests.harness import wait_job
+
+    e = api_env
+    job = e.stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(
+        kind=pb.GUARD_KIND_GEMMA_FROZEN, backbone_model=common_pb2.ModelRef(name="gemma-tiny"), layer=2,
+        pool=pb.GUARD_POOLING_LAST, max_tokens=128, max_iter=4, model_name="guard-gemma",
+        dataset_artifact_id=e.dataset), metadata=e.md).job
+    lm_id = str(e.server.app.registry.resolve(e.tenant, "gemma-tiny")["id"])
+    assert job.kind == "moderation.train_guard"
+    assert {k: job.params[k] for k in ("kind", "backbone_model_version_id", "layer", "pool", "max_tokens")} == {
+        "kind": "gemma_frozen", "backbone_model_version_id": lm_id, "layer": 2, "pool": "last", "max_tokens": 128}
+    done = wait_job(e.jobs, e.token, job.id)
+    assert done.state == common_pb2.JOB_STATE_SUCCEEDED, (done.error, e.worker.log.read_text()[-3000:])
+    assert done.result["kind"] == "gemma_frozen"
+    known = [r for r in rows if r.severity or not r.unsafe]
+    data = "".join(json.dumps({**r.to_json(), "group": "ab"[i % 2]}) + "\n" for i, r in enumerate(known)).encode()
+    cal = e.stub.StartCalibrationJob(pb.StartCalibrationJobRequest(
+        guard_model=common_pb2.ModelRef(name="guard-gemma"), dataset_artifact_id=_upload(e.channel, e.token, data),
+        alpha=0.2), metadata=e.md).job
+    cal_done = wait_job(e.jobs, e.token, cal.id)
+    assert cal_done.state == common_pb2.JOB_STATE_SUCCEEDED, (cal_done.error, e.worker.log.read_text()[-3000:])
+    assert cal_done.params["guard_model_version_id"] == done.result["model_version_id"]
+
+
+def test_gemma_guard_training_request_errors_name_the_field(api_env):
+    import grpc
+
+    from praxon.common.v1 import common_pb2
+    from praxon.moderation.v1 import moderation_pb2 as pb
+    from tests.harness import rpc_error_details
+
+    e = api_env
+    gemma, ref = pb.GUARD_KIND_GEMMA_FROZEN, common_pb2.ModelRef
+    cases = [({"kind": gemma}, grpc.StatusCode.INVALID_ARGUMENT, "backbone_model.name"),
+             ({"kind": gemma, "backbone_model": ref(name="not-an-lm")}, grpc.StatusCode.INVALID_ARGUMENT,
+              "backbone_model"),
+             ({"kind": gemma, "backbone_model": ref(name="nope")}, grpc.StatusCode.NOT_FOUND, None),
+             ({"backbone_model": ref(name="gemma-tiny")}, grpc.StatusCode.INVALID_ARGUMENT, "backbone_model"),
+             ({"kind": gemma, "backbone_model": ref(name="gemma-tiny"), "layer": 0},
+              grpc.StatusCode.INVALID_ARGUMENT, "layer"),
+             ({"kind": gemma, "backbone_model": ref(name="gemma-tiny"), "max_tokens": 4},
+              grpc.StatusCode.INVALID_ARGUMENT, "max_tokens"),
+             ({"kind": gemma, "backbone_model": ref(name="gemma-tiny"), "pool": 9},
+              grpc.StatusCode.INVALID_ARGUMENT, "pool"),
+             ({"kind": 7}, grpc.StatusCode.INVALID_ARGUMENT, "kind")]
+    for fields, code, field in cases:
+        with pytest.raises(grpc.RpcError) as ei:
+            e.stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(**fields), metadata=e.md)
+        got, _info, bad, _retry = rpc_error_details(ei.value)
+        assert got == code, (fields, got, ei.value.details())
+        if field is not None:
+            assert bad.field_violations[0].field == field, (fields, bad)
