@@ -131,6 +131,9 @@ class ModerationResult:
     model_version: str
     n_windows: int = 0               # chunks scored
     model_kind: str = ""             # which kind of model answered ("frozen_linear", "finetune", "guard.student")
+    # The whole text's prediction (a predict_proba row, no chunking), when the caller asked for it (score_items
+    # whole=True: what a conformal calibration reads); not part of the result's identity.
+    whole: Mapping[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -328,8 +331,18 @@ class Item:
 
 def moderate_items(model: Any, items: Sequence[Item], thresholds: Thresholds, *, batched: bool = False,
                    decision_defaults: Mapping[str, Any] | None = None) -> list[ModerationResult]:
-    """Moderate many texts at once (the engine's dynamic batcher calls this with batched=True). Every chunk of
-    every text, with its context, is scored in one call; identical (chunk, role, context) are scored once."""
+    """Moderate many texts at once. Every chunk of every text, with its context, is scored in one call; identical
+    (chunk, role, context) are scored once."""
+    return score_items(model, items, thresholds, batched=batched, decision_defaults=decision_defaults)
+
+
+def score_items(model: Any, items: Sequence[Item], thresholds: Thresholds, *, batched: bool = False,
+                decision_defaults: Mapping[str, Any] | None = None, whole: Sequence[bool] | None = None
+                ) -> list[ModerationResult]:
+    """moderate_items, and for each item with whole[i] set, the whole text's prediction (predict_proba of the text
+    with its full prompt, as the calibration job scores its rows) in ModerationResult.whole, from the same scorer
+    call: a text that is one chunk with its whole prompt as context costs nothing more. The engine's dynamic
+    batcher calls this with batched=True."""
     from services.moderation.guard import validate_roles
 
     for i, it in enumerate(items):
@@ -346,17 +359,30 @@ def moderate_items(model: Any, items: Sequence[Item], thresholds: Thresholds, *,
     for it, chunks, c in zip(items, per_item, ctx, strict=True):
         for w in chunks:
             keys.setdefault((it.text[w.start:w.end], it.role, c), len(keys))
+    wants = list(whole) if whole is not None else [False] * len(items)
+    for it, want in zip(items, wants, strict=True):
+        if want:
+            keys.setdefault(whole_key(it), len(keys))
     uniq = list(keys)
     preds = model_scorer(model)([k[0] for k in uniq], [k[1] for k in uniq], [k[2] for k in uniq], batched)
     kind = str(getattr(model, "kind", ""))
     out = []
-    for it, chunks, c in zip(items, per_item, ctx, strict=True):
+    for it, chunks, c, want in zip(items, per_item, ctx, wants, strict=True):
         agg = WindowAggregator(th)
         for w in chunks:
             j = keys[(it.text[w.start:w.end], it.role, c)]
             agg.add({k: v[j] for k, v in preds.items()}, w)
-        out.append(agg.result(it.role, len(it.text), model.version, model_kind=kind))
+        res = agg.result(it.role, len(it.text), model.version, model_kind=kind)
+        if want:
+            j = keys[whole_key(it)]
+            res = replace(res, whole={k: v[j] for k, v in preds.items()})
+        out.append(res)
     return out
+
+
+def whole_key(it: Item) -> tuple[str, str, str | None]:
+    """(text, role, context) of a whole text: a response with its full prompt."""
+    return it.text, it.role, it.prompt if it.role == "response" else None
 
 
 def moderate_batch(model: Any, texts: Sequence[str], roles: Sequence[str], thresholds: Thresholds,

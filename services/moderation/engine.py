@@ -11,15 +11,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.registry import Registry
 from services.common.serving import ModelCache, RefKey
 from services.moderation.decision import Item, ModerationResult, Thresholds
-from services.moderation.policy_store import ModerationStore, StoredPolicy, StoredThresholds
+from services.moderation.policy_store import ModerationStore, StoredPolicy, StoredThresholds, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
-from services.moderation.serving import Batcher, Loaded, build_conformal, build_guard, build_scorer
+from services.moderation.serving import Batcher, EmbedBatcher, Loaded, build_conformal, build_guard, build_scorer
 from services.moderation.settings import ServingConfig
 from services.moderation.taxonomy import ROLES
+
+MAX_POLICIES_PER_REQUEST = 32
 
 
 def check_text(text: str, field: str, max_bytes: int) -> str:
@@ -32,6 +36,28 @@ def check_text(text: str, field: str, max_bytes: int) -> str:
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidArgument(field, f"longer than {MAX_TEXT_CHARS} characters", reason="TEXT_TOO_LONG")
     return text
+
+
+def check_policy_threshold(value: float, field: str = "policy_threshold") -> float | None:
+    """None (0, the field left unset): the policy scorer's own default, chosen on its training rows."""
+    if value == 0:
+        return None
+    if not 0.0 < value < 1.0:
+        raise InvalidArgument(field, "must be a probability strictly between 0 and 1 (0 for the scorer's default)")
+    return float(value)
+
+
+def check_policy_ids(ids: Sequence[str], field: str = "policy_ids") -> list[str]:
+    """At most MAX_POLICIES_PER_REQUEST distinct, well-formed policy ids."""
+    if len(ids) > MAX_POLICIES_PER_REQUEST:
+        raise InvalidArgument(field, f"at most {MAX_POLICIES_PER_REQUEST} policies per request")
+    seen: set[str] = set()
+    for i, pid in enumerate(ids):
+        check_policy_id(pid, f"{field}[{i}]")
+        if pid in seen:
+            raise InvalidArgument(f"{field}[{i}]", f"duplicate policy id {pid}")
+        seen.add(pid)
+    return list(ids)
 
 
 @dataclass(frozen=True)
@@ -91,9 +117,13 @@ class ModerationEngine:
         self.batcher = Batcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms,
                                workers=self.config.batch_workers, max_queued=self.config.max_queued,
                                retry_after_s=self.config.retry_after_s)
+        self.embedder = EmbedBatcher(max_batch=self.config.max_batch, max_wait_ms=self.config.max_wait_ms,
+                                     workers=self.config.batch_workers, max_queued=self.config.max_queued,
+                                     retry_after_s=self.config.retry_after_s)
 
     async def close(self) -> None:
         await self.batcher.close()
+        await self.embedder.close()
         for cache in (self.guards, self.scorers, self.calibrations):
             await cache.close()
 
@@ -126,14 +156,6 @@ class ModerationEngine:
         return hit if hit is not None else await asyncio.to_thread(self.store.get_thresholds, tenant, cached=True)
 
     # -- moderation
-    async def moderate(self, tenant: str, key: RefKey, items: Sequence[Item], field: str = "model"
-                       ) -> tuple[Loaded, list[ModerationResult]]:
-        """Moderate texts with the model a reference serves now, under the tenant's thresholds (batched with
-        concurrent requests)."""
-        loaded = await self.model(key, field)
-        th = (await self.thresholds(tenant)).thresholds
-        return loaded, await self.batcher.submit_many(loaded.obj, list(items), th)
-
     async def open_stream(self, tenant: str, key: RefKey, role: str, prompt: str | None = None):
         from services.moderation.stream import StreamModerator
 
@@ -142,15 +164,31 @@ class ModerationEngine:
         return loaded, StreamModerator(loaded.obj, th, role=role, prompt=prompt)
 
     async def handle(self, req: ModerationRequest) -> ModerationAnswer:
-        """The whole of a moderation request: the guard's results (batched with concurrent requests), then the
-        policies' verdicts and the severity sets it asked for."""
-        guard, results = await self.moderate(req.tenant, req.guard, req.items, field=req.prefix + "model")
+        """The whole of a moderation request: the guard's results and, when asked, the policies' verdicts and the
+        severity sets. Every encoder pass goes through the batchers: the guard's chunks together with each text's
+        whole prediction that a calibration reads (one scorer call; free for a text of one chunk), and the base
+        encoder's sentences, prompts and rules for the policies, concurrently."""
+        guard = await self.model(req.guard, req.prefix + "model")
         extras = await self.extras(req.tenant, guard, policy_ids=req.policy_ids, scorer_key=req.scorer,
                                    policy_threshold=req.policy_threshold, calibration_key=req.calibration,
                                    group=req.group, prefix=req.prefix)
-        if not extras.policies and extras.calibration is None:
-            return ModerationAnswer(guard, results)
-        annotations = await asyncio.to_thread(self.annotate, req.items, guard, extras)
+        th = (await self.thresholds(req.tenant)).thresholds
+        whole = extras.calibration is not None
+        if not extras.policies:
+            results = await self.batcher.submit_many(guard.obj, list(req.items), th, whole=whole)
+            if not whole:
+                return ModerationAnswer(guard, results)
+            return ModerationAnswer(guard, results, self.annotate(req.items, results, extras), extras.calibration)
+        from services.common.minilm import get_base_encoder
+        from services.moderation.policies import policy_texts
+
+        policies = [sp.policy for sp in extras.policies]
+        texts = [t for it in req.items for t in policy_texts(it.text, policies, policy_context(it))]
+        # The scorer was trained on the frozen base encoder's embeddings, whatever the guard's kind.
+        encoder = await asyncio.to_thread(get_base_encoder)
+        results, table = await asyncio.gather(self.batcher.submit_many(guard.obj, list(req.items), th, whole=whole),
+                                              self.embedder.embed(encoder, texts))
+        annotations = await asyncio.to_thread(self.annotate, req.items, results, extras, table)
         return ModerationAnswer(guard, results, annotations, extras.calibration)
 
     # -- policies and calibrations
@@ -175,28 +213,35 @@ class ModerationEngine:
         return Extras(tuple(policies), scorer, policy_threshold, calib, group)
 
     @staticmethod
-    def annotate(items: Sequence[Item], guard: Loaded, extras: Extras) -> list[Annotation]:
-        """Policy verdicts and severity prediction sets (blocking; run in a thread). A response with a prompt is
-        checked against the policies with the prompt as context (policies.evaluate_policies)."""
-        from services.common.minilm import get_base_encoder
-        from services.moderation.policies import evaluate_policies
-
+    def annotate(items: Sequence[Item], results: Sequence[ModerationResult], extras: Extras,
+                 embeddings: dict | None = None) -> list[Annotation]:
+        """Policy verdicts (over precomputed base-encoder embeddings: no encoder pass here) and severity prediction
+        sets (from each result's whole-text prediction). A response with a prompt is checked against the policies
+        with the prompt as context (policies.evaluate_policies)."""
         versions = {sp.policy.policy_id: sp.version for sp in extras.policies}
+        if extras.policies:
+            from services.moderation.policies import EmbeddingTable, evaluate_policies
+
+            table = EmbeddingTable(embeddings or {})
         out = []
-        for it in items:
+        for it, res in zip(items, results, strict=True):
             verdicts: tuple = ()
             sets = None
             if extras.policies:
-                # The scorer was trained on the frozen base encoder's embeddings, whatever the guard's kind.
                 verdicts = tuple(evaluate_policies(it.text, [sp.policy for sp in extras.policies], extras.scorer.obj,
-                                                   get_base_encoder(), threshold=extras.policy_threshold,
-                                                   context=it.prompt if it.role == "response" else None))
+                                                   table, threshold=extras.policy_threshold,
+                                                   context=policy_context(it)))
             if extras.calibration is not None:
-                proba = guard.obj.predict_proba([it.text], [it.role], [it.prompt if it.role == "response" else None])
+                proba = {k: np.asarray(v)[None] for k, v in res.whole.items()}
                 sets = tuple(sorted(int(x) for x in extras.calibration.obj.prediction_sets(
                     proba, [extras.group] if extras.group else None)[0]))
             out.append(Annotation(verdicts, versions, sets))
         return out
+
+
+def policy_context(it: Item) -> str | None:
+    """The context a text's policy checks read: a response's prompt."""
+    return it.prompt if it.role == "response" else None
 
 
 def resolve_thresholds(model: Any, th: Thresholds) -> Thresholds:

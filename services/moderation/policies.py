@@ -325,7 +325,33 @@ def _check_chunk(policy_id: str, chunk: PolicyChunk, content: str, spans: list[S
                         over)
 
 
-def evaluate_policies(content: str, policies: Sequence[Policy], scorer: PolicyScorer, encoder: MiniLMEncoder,
+def policy_texts(content: str, policies: Sequence[Policy], context: str | None = None) -> list[str]:
+    """Every text evaluate_policies embeds for this content: its sentences, the context, the chunks' rules (so a
+    caller can encode them all beforehand, in its own batches, and pass an EmbeddingTable)."""
+    out = [content[s.start:s.end] for s in split_sentences(content)]
+    if context is not None:
+        out.append(context)
+    for p in policies:
+        for c in p.chunks:
+            out += c.rule_texts("blocked") + (c.rule_texts("allowed") if c.allowed else [])
+    return out
+
+
+class EmbeddingTable:
+    """Precomputed embeddings in an encoder's place: embed(texts) looks each text up (a missing one is a bug of the
+    caller's policy_texts, so it raises)."""
+
+    def __init__(self, table: Mapping[str, np.ndarray]):
+        self.table = table
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, EMBED_DIM), dtype=np.float32)
+        return np.stack([np.asarray(self.table[t], dtype=np.float32) for t in texts])
+
+
+def evaluate_policies(content: str, policies: Sequence[Policy], scorer: PolicyScorer,
+                      encoder: MiniLMEncoder | EmbeddingTable,
                       *, threshold: float | None = None, field: str = "content", context: str | None = None
                       ) -> list[ChunkVerdict]:
     """One verdict per chunk of every policy, in input order (multi-label). Each chunk is evaluated independently,

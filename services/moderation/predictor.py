@@ -12,6 +12,16 @@ Outputs:  "unsafe_score"  FP64  [N]      P(unsafe), max over the text's chunks
 Response parameters: model_version (the fingerprint), model_version_id, registry_version, model_kind; output
 "topic_scores" carries the topic ids in its "topics" parameter.
 
+Request parameters (optional), what ModerateRequest's fields of the same names ask of the servicer:
+          "policy_ids"        string  comma-separated custom policies of the tenant -> output "policy_verdicts"
+                                      BYTES [N]: per text a JSON list of {policy_id, policy_version, chunk_id,
+                                      violated, score}, one per chunk of every policy, in order
+          "policy_scorer"     string  the policy scorer's reference (default: the service's)
+          "policy_threshold"  number  0 < t < 1 (default: the scorer's own)
+          "calibration_model" string  a conformal calibration of this guard -> output "severity_set" BOOL [N, 5]:
+                                      severity levels 0..4 in each text's prediction set
+          "group"             string  the group whose calibration the sets use
+
 It answers through the service's ModerationEngine, the servicer's serving path: the same model cache (a reference
 by alias follows alias moves, with hot swap), the same tenant thresholds and the same dynamic batcher, so its
 answers equal ModerationService.Moderate's for the same inputs (within decision.SCORE_TOLERANCE under batching)."""
@@ -29,7 +39,7 @@ from services.common.oip import TensorSpec
 from services.common.errors import InvalidArgument
 from services.common.serving import RefKey
 from services.moderation.decision import Item
-from services.moderation.taxonomy import N_TOPICS, TOPICS
+from services.moderation.taxonomy import MAX_SEVERITY, N_TOPICS, TOPICS
 
 
 def _strings(inp, name: str, n: int | None = None) -> list[str]:
@@ -49,6 +59,47 @@ def _strings(inp, name: str, n: int | None = None) -> list[str]:
             raise InvalidInput(f"{name}[{i}] must be a string")
         out.append(v)
     return out
+
+
+def request_parameter(payload: InferRequest, name: str) -> Any:
+    """A request-level parameter: a plain value over REST; over gRPC an InferParameter (its set field)."""
+    params = payload.parameters or {}
+    if name not in params:
+        return None
+    value = params[name]
+    if hasattr(value, "WhichOneof"):
+        which = value.WhichOneof("parameter_choice")
+        return getattr(value, which) if which else None
+    return value
+
+
+def _string_parameter(payload: InferRequest, name: str) -> str:
+    value = request_parameter(payload, name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidArgument(name, "must be a string parameter")
+    return value
+
+
+def moderation_request(payload: InferRequest, engine: Any, tenant_id: str, key: RefKey,
+                       items: list[Item]) -> Any:
+    """The engine's ModerationRequest for these items and the request's parameters (checked as the servicer
+    checks its fields, with the parameter's name in the error)."""
+    from services.common.serving import parse_model_ref
+    from services.moderation.engine import ModerationRequest, check_policy_ids, check_policy_threshold
+
+    policy_ids = [p.strip() for p in _string_parameter(payload, "policy_ids").split(",") if p.strip()]
+    threshold = request_parameter(payload, "policy_threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise InvalidArgument("policy_threshold", "must be a number")
+    scorer = RefKey(tenant_id, *parse_model_ref(_string_parameter(payload, "policy_scorer"),
+                                                engine.config.default_scorer))
+    calibration_ref = _string_parameter(payload, "calibration_model")
+    calibration = RefKey(tenant_id, *parse_model_ref(calibration_ref, "")) if calibration_ref else None
+    return ModerationRequest(tenant_id, key, tuple(items), policy_ids=tuple(check_policy_ids(policy_ids)),
+                             scorer=scorer, policy_threshold=check_policy_threshold(float(threshold or 0)),
+                             calibration=calibration, group=_string_parameter(payload, "group"))
 
 
 class GuardPredictor(oip.DeclaredModel):
@@ -93,18 +144,20 @@ class GuardPredictor(oip.DeclaredModel):
     OUTPUTS = (TensorSpec("unsafe_score", "FP64", (-1,)),
               TensorSpec("topic_scores", "FP64", (-1, N_TOPICS)),
               TensorSpec("severity", "INT32", (-1, N_TOPICS)),
-              TensorSpec("blocked", "BOOL", (-1,)))
+              TensorSpec("blocked", "BOOL", (-1,)),
+              # only when the request's parameters ask for policies / a calibration
+              TensorSpec("policy_verdicts", "BYTES", (-1,), optional=True),
+              TensorSpec("severity_set", "BOOL", (-1, MAX_SEVERITY + 1), optional=True))
 
     async def predict(self, payload: InferRequest, headers: dict[str, str] | None = None,
                       response_headers: dict[str, str] | None = None) -> InferResponse:
         if not self.ready:
             self.load()
-        from services.moderation.engine import ModerationRequest
-
         items = self.parse(payload)
         try:
-            answer = await self.engine.handle(ModerationRequest(self.tenant_id, self.key, tuple(items)))
-        except InvalidArgument as exc:  # e.g. a model reference the engine rejects: still a client error
+            req = moderation_request(payload, self.engine, self.tenant_id, self.key, items)
+            answer = await self.engine.handle(req)
+        except InvalidArgument as exc:  # a bad parameter or a model reference the engine rejects: a client error
             raise InvalidInput(exc.message) from None
         loaded, results = answer.guard, answer.results
         self.last_info = loaded.info
@@ -121,10 +174,35 @@ class GuardPredictor(oip.DeclaredModel):
                             else None)
             o.set_data_from_numpy(out[name], binary_data=False)
             outputs.append(o)
+        outputs += annotation_outputs(answer, n)
         params = {"model_version": loaded.info.fingerprint, "model_version_id": loaded.info.model_version_id,
                   "registry_version": str(loaded.info.version), "model_kind": str(loaded.config.get("kind", ""))}
         return oip.response(payload, response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
                              infer_outputs=outputs, model_version=loaded.info.fingerprint, parameters=params)
+
+
+def annotation_outputs(answer: Any, n: int) -> list[InferOutput]:
+    """"policy_verdicts" and "severity_set" when the request asked for policies or a calibration."""
+    if answer.annotations is None:
+        return []
+    import json
+
+    out = []
+    if any(a.verdicts for a in answer.annotations):
+        rows = [json.dumps([{"policy_id": v.policy_id, "policy_version": (a.policy_versions or {})[v.policy_id],
+                             "chunk_id": v.chunk_id, "violated": bool(v.violated), "score": float(v.score)}
+                            for v in a.verdicts]) for a in answer.annotations]
+        o = InferOutput(name="policy_verdicts", shape=[n], datatype="BYTES")
+        o.set_data_from_numpy(np.array(rows, dtype=object), binary_data=False)
+        out.append(o)
+    if answer.calibration is not None:
+        sets = np.zeros((n, MAX_SEVERITY + 1), dtype=bool)  # levels 0..4
+        for i, a in enumerate(answer.annotations):
+            sets[i, list(a.severity_set or ())] = True
+        o = InferOutput(name="severity_set", shape=[n, MAX_SEVERITY + 1], datatype="BOOL")
+        o.set_data_from_numpy(sets, binary_data=False)
+        out.append(o)
+    return out
 
 
 def build(settings, tenant_id: str, model_ref: str) -> GuardPredictor:

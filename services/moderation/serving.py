@@ -40,14 +40,15 @@ def loaded(obj: Any, fingerprint: str, config: dict, row: dict) -> Loaded:
 
 
 # ---------------------------------------------------------------------------------------------- batching
-Item = tuple[Any, decision.Item, Thresholds]  # (model, text + role + prompt, thresholds)
+# (model, text + role + prompt, thresholds, whole: also the whole text's prediction, for a calibration)
+Item = tuple[Any, decision.Item, Thresholds, bool]
 
 
 def moderate_group(items: Sequence[Item]) -> list[ModerationResult]:
     """One group of the batch (same model, same thresholds) in padded encoder batches (one forward per chunk; see
     decision.SCORE_TOLERANCE for the parity this keeps)."""
-    model, _, th = items[0]
-    return decision.moderate_items(model, [it[1] for it in items], th, batched=True)
+    model, _, th, _ = items[0]
+    return decision.score_items(model, [it[1] for it in items], th, batched=True, whole=[it[3] for it in items])
 
 
 def group_of(item: Item) -> tuple[int, Thresholds]:
@@ -67,9 +68,37 @@ class Batcher(serving.Batcher[Item, ModerationResult]):
     def texts(self) -> int:
         return self.items
 
-    async def submit_many(self, model: Any, items: Sequence[decision.Item],
-                          thresholds: Thresholds) -> list[ModerationResult]:
-        return await self.run_many([(model, it, thresholds) for it in items])
+    async def submit_many(self, model: Any, items: Sequence[decision.Item], thresholds: Thresholds, *,
+                          whole: bool = False) -> list[ModerationResult]:
+        """Results in order; whole: each result also carries its text's whole prediction (ModerationResult.whole)."""
+        return await self.run_many([(model, it, thresholds, whole) for it in items])
+
+
+# (encoder, text): a text the policy checks embed with the base encoder
+EmbedItem = tuple[Any, str]
+
+
+def embed_group(items: Sequence[EmbedItem]) -> list[Any]:
+    """One encoder's texts: canonical embeddings (each text encoded alone and LRU-cached by the encoder, so policy
+    verdicts stay bit-identical to evaluate_policies called directly)."""
+    emb = items[0][0].embed([t for _, t in items])
+    return list(emb)
+
+
+class EmbedBatcher(serving.Batcher[EmbedItem, Any]):
+    """The base encoder's passes for policy checks (sentences, prompts, policy rules) through the same queueing,
+    limits and worker threads as the guard's batches."""
+
+    def __init__(self, *, max_batch: int = 32, max_wait_ms: float = 2.0, workers: int = 0, max_queued: int = 2048,
+                 retry_after_s: float = 1.0):
+        super().__init__(embed_group, max_batch=max_batch, max_wait_ms=max_wait_ms, workers=workers,
+                         group_key=lambda it: id(it[0]), max_queued=max_queued, retry_after_s=retry_after_s)
+
+    async def embed(self, encoder: Any, texts: Sequence[str]) -> dict[str, Any]:
+        """{text: embedding [384]} for the distinct texts."""
+        uniq = list(dict.fromkeys(texts))
+        rows = await self.run_many([(encoder, t) for t in uniq])
+        return dict(zip(uniq, rows, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------- builders

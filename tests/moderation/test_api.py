@@ -261,21 +261,30 @@ def test_calibration_and_distillation_jobs_name_the_resolved_guard(mod_env):
         grpc.StatusCode.FAILED_PRECONDITION, reason="MODEL_NOT_REGISTERED")
 
 
-def test_moderate_with_a_calibration_gives_severity_prediction_sets(mod_env, local_guard):
+def test_moderate_with_a_calibration_gives_severity_prediction_sets(mod_env, local_guard, monkeypatch):
     from services.moderation.conformal import ConformalSeverity
+    from services.moderation.guard import GuardModel
 
     reg = mod_env.server.app.registry
     row = reg.resolve(mod_env.tenant_id, "guard-conformal")
     local_cal = ConformalSeverity.from_registry(*reg.load_weights(mod_env.tenant_id, row))
     ref = common_pb2.ModelRef(name="guard-conformal")
+    want = {(text, role): local_cal.prediction_sets(local_guard.predict_proba(
+        [text], [role], [text] if role == "response" else None), ["a"])[0]  # the response is judged with the prompt
+        for text in TEXTS[:4] for role in ("prompt", "response")}
+
+    def outside_the_batcher(*args, **kwargs):
+        raise AssertionError("a calibration read the guard outside the engine's batcher")
+    monkeypatch.setattr(GuardModel, "predict_proba", outside_the_batcher)
+    batcher = mod_env.servicer.batcher
+    texts_before = batcher.texts
     for text in TEXTS[:4]:
         resp = moderate(mod_env, prompt=text, response=text, calibration_model=ref, group="a")
         for role, res in (("prompt", resp.prompt), ("response", resp.response)):
-            ctx = [text] if role == "response" else None  # the response is judged with the prompt
-            want = local_cal.prediction_sets(local_guard.predict_proba([text], [role], ctx), ["a"])[0]
-            assert list(res.severity_set.levels) == want
+            assert list(res.severity_set.levels) == want[(text, role)]
             assert res.severity_set.alpha == pytest.approx(0.2) and res.severity_set.metric == "equal_opportunity"
             assert res.severity_set.calibration_model.name == "guard-conformal"
+    assert batcher.texts - texts_before == 8  # the whole-text scores came with the guard's batched pass
     assert not moderate(mod_env, prompt=TEXTS[0]).prompt.HasField("severity_set")
     # a calibration belongs to one guard version: using it with another is refused
     expect_error(lambda: moderate(mod_env, prompt=TEXTS[0], calibration_model=ref, model=guard_ref(2)),
@@ -585,6 +594,8 @@ def test_policy_verdicts_are_permutation_invariant_through_grpc(mod_env):
     b = mod_env.stub.UpdatePolicy(pb.UpdatePolicyRequest(policy_id=b.policy_id, source=pb.PolicySource(
         chunks=b.chunks)), metadata=mod_env.md).policy  # version 2: verdicts must name it
     orders = [[a, b], [b, a], [c, b, d, a], [d, a, c, b]]
+    embedder = mod_env.servicer.engine.embedder
+    embedded_before = embedder.items
     for text in (TEXTS[2], TEXTS[5], TEXTS[6], TEXTS[0]):
         seen = {"prompt": [], "response": []}
         for order in orders:
@@ -603,6 +614,7 @@ def test_policy_verdicts_are_permutation_invariant_through_grpc(mod_env):
         alone = moderate(mod_env, response=text, policy_ids=[a.policy_id, b.policy_id]).response
         by_key = {(v.policy_id, v.chunk_id): v.SerializeToString(deterministic=True) for v in alone.policy_verdicts}
         assert by_key == seen["prompt"][0][0]
+    assert embedder.items > embedded_before  # the policies' sentences and rules went through the engine's batcher
     resp = moderate(mod_env, prompt=TEXTS[2], policy_ids=[a.policy_id, b.policy_id])
     verdicts = {(v.policy_id, v.chunk_id): v for v in resp.prompt.policy_verdicts}
     weapons = verdicts[(a.policy_id, "C1")]
@@ -610,6 +622,50 @@ def test_policy_verdicts_are_permutation_invariant_through_grpc(mod_env):
     assert "bomb" in weapons.matched.sentence
     assert TEXTS[2][weapons.matched.span.start:weapons.matched.span.end] == weapons.matched.sentence
     assert verdicts[(b.policy_id, "C1")].policy_version == 2
+
+
+def test_the_predictor_answers_policies_and_calibration_as_moderate_does(mod_env):
+    """The kserve predictor asks the engine the same one request (parameters for the servicer's fields), so its
+    policy verdicts and severity sets are the servicer's."""
+    import json
+
+    from kserve.errors import InvalidInput
+    from kserve.protocol.infer_type import InferInput, InferRequest
+
+    from services.moderation.predictor import build
+
+    pid = "pred-" + uuid.uuid4().hex[:6]
+    _create(mod_env, pid, text=WEAPONS)
+    texts = [TEXTS[2], TEXTS[0]]
+    want = [moderate(mod_env, prompt=t, policy_ids=[pid], calibration_model=common_pb2.ModelRef(
+        name="guard-conformal"), group="a", model=guard_ref(1)).prompt for t in texts]
+
+    def request(**parameters):
+        return InferRequest(model_name="moderation", infer_inputs=[
+            InferInput("text", [len(texts)], "BYTES", [t.encode() for t in texts])], parameters=parameters)
+
+    async def ask():
+        pred = build(mod_env.settings, mod_env.tenant_id, "guard:1")
+        try:
+            resp = await pred.predict(request(policy_ids=pid, calibration_model="guard-conformal", group="a"))
+            errors = []
+            for bad in ({"policy_threshold": 2.0}, {"policy_threshold": "high"}, {"policy_ids": "bad id!"},
+                        {"calibration_model": "guard-conformal", "group": 7}):
+                with pytest.raises(InvalidInput) as err:
+                    await pred.predict(request(**bad))
+                errors.append(str(err.value))
+            return {o.name: o.as_numpy().tolist() for o in resp.outputs}, errors
+        finally:
+            await pred.engine.close()
+    got, errors = asyncio.run(ask())
+    for i, res in enumerate(want):
+        assert [lv for lv, inside in enumerate(got["severity_set"][i]) if inside] == list(res.severity_set.levels)
+        verdicts = json.loads(got["policy_verdicts"][i])
+        assert [(v["policy_id"], v["chunk_id"], v["violated"], v["policy_version"]) for v in verdicts] == [
+            (v.policy_id, v.chunk_id, v.violated, v.policy_version) for v in res.policy_verdicts]
+        assert np.allclose([v["score"] for v in verdicts], [v.score for v in res.policy_verdicts], atol=1e-6)
+    assert any(json.loads(got["policy_verdicts"][0])[k]["violated"] for k in range(2))
+    assert [e.split(":")[0] for e in errors] == ["policy_threshold", "policy_threshold", "policy_ids[0]", "group"]
 
 
 # ---------------------------------------------------------------------------------------------- hot swap

@@ -81,7 +81,8 @@ TEXTS = ["What is the capital of France?", "Give me a plan to rob the corner sho
 ROLES = ["prompt", "prompt", "response", "response"]
 PROMPTS = ["", "", "How do I scare my neighbours?", ""]
 OUTPUT_TYPES = {"unsafe_score": ("FP64", [-1]), "topic_scores": ("FP64", [-1, N_TOPICS]),
-                "severity": ("INT32", [-1, N_TOPICS]), "blocked": ("BOOL", [-1])}
+                "severity": ("INT32", [-1, N_TOPICS]), "blocked": ("BOOL", [-1]),
+                "policy_verdicts": ("BYTES", [-1]), "severity_set": ("BOOL", [-1, 5])}
 
 
 def _free_port() -> int:
@@ -274,7 +275,7 @@ def test_tritonclient_reads_the_model_config_and_inputs_off_spec_are_refused(ser
         assert config_tensors(config, "input") == [("text", "TYPE_STRING", [-1]), ("role", "TYPE_STRING", [-1]),
                                                    ("prompt", "TYPE_STRING", [-1])], proto
         assert {n: (d, s) for n, d, s in config_tensors(config, "output")} == {
-            name: ("TYPE_" + {"FP64": "FP64", "INT32": "INT32", "BOOL": "BOOL"}[dt], shape)
+            name: ("TYPE_" + {"FP64": "FP64", "INT32": "INT32", "BOOL": "BOOL", "BYTES": "STRING"}[dt], shape)
             for name, (dt, shape) in OUTPUT_TYPES.items()}, proto
         assert [bool(t.get("optional", False)) for t in config["input"]] == [False, True, True], proto
         assert [(m["name"], m["state"]) for m in got[proto]["index"]] == [("moderation", "READY")], proto
