@@ -112,6 +112,15 @@ def cmd_up(args) -> None:
     run_up(Path(args.data_dir), port=args.port, s3_port_base=args.s3_port_base)
 
 
+def cmd_console(args) -> None:
+    from services.common.client import DEFAULT_ADDRESS, find_up_state
+    from services.console.server import run_console
+
+    address = args.address or os.environ.get("PRAXON_ADDRESS") or find_up_state(args.data_dir)[0].get("address") \
+        or DEFAULT_ADDRESS
+    run_console(address, args.host, args.port, secure_cookies=args.secure_cookies)
+
+
 def cmd_demo(args) -> None:
     from services.cli.demo import run_demo
 
@@ -142,6 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--data-dir", default=".praxon")
     sp.add_argument("--port", type=int, default=0, help="gRPC port (default: a free one)")
     sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser("console", help="serve the read-only web console (sign in with an API token)")
+    sp.add_argument("--address", help="host:port of the platform's gRPC API (default: PRAXON_ADDRESS, else the "
+                    "`praxon up` running in --data-dir, else 127.0.0.1:50051)")
+    sp.add_argument("--data-dir", default=".praxon", help="where `praxon up` keeps its state")
+    sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
+    sp.add_argument("--port", type=int, default=8600, help="port to listen on (0: a free one, printed on start)")
+    sp.add_argument("--secure-cookies", action="store_true", help="mark the session cookie Secure (the console "
+                    "is reached over HTTPS, through a TLS proxy)")
+    sp.set_defaults(func=cmd_console)
 
     sp = sub.add_parser("serve", help="serve gRPC services (settings from PRAXON_* env vars)")
     sp.add_argument("services", nargs="*", help="services to host (default: all)")
