@@ -23,7 +23,14 @@ from services.common.spec import service_settings
 from services.moderation import params as mp
 from services.moderation.bias_store import BiasCertificates
 from services.moderation.decision import DEFAULT_LEVEL, Item, ModerationResult, Thresholds
-from services.moderation.engine import Annotation, ModerationEngine, ModerationRequest, check_text
+from services.moderation.engine import (
+    Annotation,
+    ModerationEngine,
+    ModerationRequest,
+    check_policy_ids,
+    check_policy_threshold,
+    check_text,
+)
 from services.moderation.policy_store import ModerationStore, StoredPolicy, check_policy_id
 from services.moderation.schema import MAX_TEXT_CHARS
 from services.moderation.serving import Loaded
@@ -51,7 +58,6 @@ PREFIX_ENUMS = {v: k for k, v in PREFIX_DISTRIBUTIONS.items() if k != pb.PREFIX_
 BIAS_DETECTORS = {pb.BIAS_DETECTOR_UNSPECIFIED: "agreement", pb.BIAS_DETECTOR_AGREEMENT: "agreement",
                   pb.BIAS_DETECTOR_GUARD: "guard"}
 DETECTOR_ENUMS = {"agreement": pb.BIAS_DETECTOR_AGREEMENT, "guard": pb.BIAS_DETECTOR_GUARD}
-MAX_POLICIES_PER_REQUEST = 32
 MAX_DISPLAY_NAME = 200
 
 
@@ -82,27 +88,6 @@ def role_of(value: int, field: str, default: str) -> str:
         raise InvalidArgument(field, f"unknown role {value}")
     return ROLE_NAMES[value]
 
-
-
-def policy_threshold(value: float, field: str = "policy_threshold") -> float | None:
-    """None (the field left at 0): the policy scorer's own default, chosen on its training rows."""
-    if value == 0:
-        return None
-    if not 0.0 < value < 1.0:
-        raise InvalidArgument(field, "must be a probability strictly between 0 and 1 (0 for the scorer's default)")
-    return float(value)
-
-
-def check_policy_ids(ids: Sequence[str], field: str = "policy_ids") -> list[str]:
-    if len(ids) > MAX_POLICIES_PER_REQUEST:
-        raise InvalidArgument(field, f"at most {MAX_POLICIES_PER_REQUEST} policies per request")
-    seen: set[str] = set()
-    for i, pid in enumerate(ids):
-        check_policy_id(pid, f"{field}[{i}]")
-        if pid in seen:
-            raise InvalidArgument(f"{field}[{i}]", f"duplicate policy id {pid}")
-        seen.add(pid)
-    return list(ids)
 
 
 # ---------------------------------------------------------------------------------------------- messages
@@ -214,7 +199,7 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             tenant, self._key(tenant, request.model, self.config.default_guard), tuple(items),
             policy_ids=tuple(check_policy_ids(request.policy_ids, prefix + "policy_ids")),
             scorer=self._key(tenant, request.policy_scorer, self.config.default_scorer),
-            policy_threshold=policy_threshold(request.policy_threshold, prefix + "policy_threshold"),
+            policy_threshold=check_policy_threshold(request.policy_threshold, prefix + "policy_threshold"),
             calibration=(self._key(tenant, request.calibration_model, "")
                          if request.HasField("calibration_model") else None),
             group=request.group, prefix=prefix)
