@@ -9,8 +9,9 @@ engine (services/generation/engine.py) in this process.
 
 --fillers: filler lines per prompt (about 27 tokens each: 20 -> ~560 tokens, 40 -> ~1100, 80 -> ~2200). Gemma 3's
 sliding layers hold at most 511 tokens, so past ~512 tokens only its 3 global layers hold the whole prompt.
-kvpress is not used: it pins transformers < 5.3, which cannot stand beside this project's transformers 5.24 (see
-RESULTS.md); H2O and StreamingLLM are this repository's implementations (services/generation/kvpolicy.py).
+H2O and StreamingLLM here are this repository's implementations (services/generation/kvpolicy.py). kvpress, the
+outside reference, pins transformers < 5.3 and so runs in its own virtual environment on the same model and
+questions: kvpress_reference.py.
 """
 from __future__ import annotations
 
