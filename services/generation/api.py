@@ -431,10 +431,14 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
                 raise NotFound(exc.message, reason="MODEL_NOT_FOUND", metadata=exc.metadata) from None
             raise
 
-    async def _generate_uncertain(self, request, context):
-        """Generate with uncertainty: the answer (beam search) with its semantic clusters and entropy
-        (services.generation.uncertainty), computed in a worker thread on the served model's weights."""
-        from services.generation.uncertainty import estimate
+    async def _uncertain(self, request, on_answer=None, stop: threading.Event | None = None):
+        """The answer (beam search) of a Generate or GenerateStream request with uncertainty set, with its semantic
+        clusters and entropy (services.generation.uncertainty), computed in a worker thread: on the served model's
+        weights, or for a remote model through its OpenAI-compatible server (RemoteLM: what that approximates is
+        said there). on_answer(tokens, loaded model) is called (from the thread) once the answer is known; with
+        `stop` set a remote estimate makes no more requests. Returns (estimate, loaded model, NLI model or None,
+        prompt tokens)."""
+        from services.generation.uncertainty import RemoteLM, estimate
 
         if not request.prompt:
             raise InvalidArgument("prompt", "must not be empty")
@@ -442,21 +446,58 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             raise InvalidArgument("prompt", f"at most {self.config.max_prompt_chars} characters")
         opts, question = uncertainty_options(request, self.config)
         loaded = await self._model(request.model)
-        if loaded.tokenizer is None:
-            raise FailedPrecondition(f"uncertainty is not available for {loaded.info.name!r}: it is served by the "
-                                     f"{loaded.engine.describe()}; the estimate needs full next-token "
-                                     "distributions, beam search and continuation from a prefix, which this service "
-                                     "computes on local weights only", reason="UNCERTAINTY_UNSUPPORTED_BY_BACKEND",
-                                     metadata={"field": "uncertainty", "backend": loaded.engine.cfg.base_url})
         nli = await self._nli(request.uncertainty.nli_model) if request.uncertainty.nli_model.name else None
+        answered = (lambda tokens: on_answer(tokens, loaded)) if on_answer is not None else None
+        if loaded.tokenizer is None:  # remote: the prompt goes as text, the upstream checks its length
+            lm = RemoteLM(loaded.engine.complete, request.prompt, opts,
+                          cancelled=stop.is_set if stop is not None else None)
+            e = await asyncio.to_thread(estimate, None, None, nli, request.prompt, question, opts, lm=lm,
+                                        on_answer=answered)
+            return e, loaded, nli, 0   # the API's usage is per request; the prompt's own count is the upstream's
         ids = await asyncio.to_thread(loaded.engine.encode, request.prompt)
         loaded.engine.check(ids, sampling_of(request.sampling, self.config), "prompt")
         e = await asyncio.to_thread(estimate, loaded.engine.model, loaded.tokenizer, nli, request.prompt, question,
-                                    opts, prompt_ids=ids)
-        first = e.generations[0]
+                                    opts, prompt_ids=ids, on_answer=answered)
+        return e, loaded, nli, len(ids)
+
+    async def _generate_uncertain(self, request, context):
+        e, loaded, nli, prompt_tokens = await self._uncertain(request)
         return pb.GenerateResponse(text=e.answer, finish_reason=pb.FINISH_REASON_STOP, model=loaded.info,
-                                   usage=pb.Usage(prompt_tokens=len(ids), completion_tokens=first.n_tokens),
+                                   usage=pb.Usage(prompt_tokens=prompt_tokens,
+                                                  completion_tokens=e.generations[0].n_tokens),
                                    uncertainty=uncertainty_message(e, nli.info if nli is not None else None))
+
+    async def _stream_uncertain(self, request, context):
+        """GenerateStream with uncertainty: the answer's tokens as soon as the beam search has found it (beams are
+        reordered until the end, so not one by one as they are decoded), then one last message with the finish
+        reason, usage and the UncertaintyResult once the alternatives are generated and clustered."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future = loop.create_future()
+
+        def on_answer(tokens, loaded) -> None:
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result((tokens, loaded)))
+        stop = threading.Event()
+        task = asyncio.ensure_future(self._uncertain(request, on_answer, stop))
+        try:
+            await asyncio.wait({task, answer}, return_when=asyncio.FIRST_COMPLETED)
+            if answer.done():
+                tokens, loaded = answer.result()
+                remote = loaded.tokenizer is None  # a remote model's token ids are unknown (0), as in its streams
+                for k, (token_id, text, logprob) in enumerate(tokens):
+                    msg = pb.GenerateStreamResponse(token=pb.Token(token_id=0 if remote else token_id, text=text,
+                                                                   logprob=logprob))
+                    if k == 0:
+                        msg.model.CopyFrom(loaded.info)
+                    yield msg
+            e, loaded, nli, prompt_tokens = await task
+            yield pb.GenerateStreamResponse(finish_reason=pb.FINISH_REASON_STOP, model=loaded.info,
+                                            usage=pb.Usage(prompt_tokens=prompt_tokens,
+                                                           completion_tokens=e.generations[0].n_tokens),
+                                            uncertainty=uncertainty_message(e, nli.info if nli is not None else None))
+        finally:
+            stop.set()
+            if not task.done():
+                task.cancel()
 
     async def _model(self, ref) -> LoadedLM:
         name = ref.name or self.config.default_model
@@ -538,6 +579,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
     async def GenerateStream(self, request, context):
         from services.generation.engine import Finished
 
+        if request.HasField("uncertainty"):
+            async for msg in self._stream_uncertain(request, context):
+                yield msg
+            return
         loaded, ids, sampling, policy = await self._prepare(request)
         first = True
         async for e in self._run(loaded, ids, sampling, policy, context):

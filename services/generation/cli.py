@@ -191,8 +191,10 @@ def train_nli(target, name: str, params: dict, out=None):
 
 
 def uncertain(target, req, method: str, nli_model: str | None, generations: int = 5, question: str = "",
-              out=None, timeout: float | None = None):
-    """Generate with uncertainty: print the answer, its semantic clusters (members, mass) and the entropy."""
+              out=None, timeout: float | None = None, stream: bool = False):
+    """Generate with uncertainty: print the answer, its semantic clusters (members, mass) and the entropy. stream:
+    GenerateStream, whose answer is printed as soon as the beam search has found it (before the alternatives and
+    the clustering); returns a GenerateResponse either way."""
     from services.common.client import once_loaded
 
     from praxon.generation.v1 import generation_pb2 as pb
@@ -201,9 +203,28 @@ def uncertain(target, req, method: str, nli_model: str | None, generations: int 
     req.uncertainty.CopyFrom(pb.UncertaintyOptions(
         method=pb.UncertaintyMethod.Value("UNCERTAINTY_METHOD_" + method.upper()), num_generations=generations,
         question=question, nli_model=_model_ref(nli_model) if nli_model else None))
-    resp = once_loaded(_stub(target).Generate, req, metadata=target.metadata, timeout=timeout)
+    if stream:
+        sreq = pb.GenerateStreamRequest(model=req.model, prompt=req.prompt, sampling=req.sampling,
+                                        uncertainty=req.uncertainty)
+
+        def run():
+            resp = pb.GenerateResponse()
+            out.write("answer: ")
+            for msg in _stub(target).GenerateStream(sreq, metadata=target.metadata, timeout=timeout):
+                if msg.HasField("token"):
+                    resp.text += msg.token.text
+                    out.write(msg.token.text)
+                    out.flush()
+                if msg.HasField("uncertainty"):
+                    resp.MergeFrom(pb.GenerateResponse(finish_reason=msg.finish_reason, usage=msg.usage,
+                                                       model=msg.model, uncertainty=msg.uncertainty))
+            out.write("\n")
+            return resp
+        resp = once_loaded(run)
+    else:
+        resp = once_loaded(_stub(target).Generate, req, metadata=target.metadata, timeout=timeout)
+        out.write(f"answer: {resp.uncertainty.answer!r}\n")
     u = resp.uncertainty
-    out.write(f"answer: {u.answer!r}\n")
     for k, c in enumerate(u.clusters):
         texts = ", ".join(repr(u.generations[i].text) for i in c.members)
         out.write(f"  cluster {k}: mass {c.mass:.3f}: {texts}\n")
@@ -244,7 +265,7 @@ def cmd_complete(args) -> None:
                   stop=args.stop or (), policy=args.policy, retention=args.retention)
     if args.uncertainty:
         uncertain(_target(args), req, args.uncertainty, args.nli_model, args.generations, args.question or "",
-                  timeout=args.timeout)
+                  timeout=args.timeout, stream=args.stream)
         return
     _, reason, cache = complete(_target(args), req, stream=args.stream, timeout=args.timeout)
     print(f"[{reason.removeprefix('FINISH_REASON_').lower()}; KV cache {cache.kept_bytes}/{cache.full_bytes} bytes]",

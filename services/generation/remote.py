@@ -44,6 +44,7 @@ class RemoteBackend:
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""  # read once, at startup
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client: httpx.AsyncClient | None = None
+        self._sync: httpx.Client | None = None   # the uncertainty estimate's (it runs in a worker thread)
 
     def describe(self) -> str:
         return f"remote OpenAI-compatible server {self.cfg.base_url}"
@@ -51,6 +52,43 @@ class RemoteBackend:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+        if self._sync is not None:
+            self._sync.close()
+
+    def complete(self, prompt: str, *, max_tokens: int, temperature: float, logprobs: int, seed: int | None = None,
+                 stop: tuple[str, ...] = ()) -> dict:
+        """One non-streamed /completions request, blocking (services.generation.uncertainty.RemoteLM calls it from
+        the estimate's worker thread): its first choice (text, logprobs with tokens, token_logprobs, top_logprobs,
+        finish_reason). Errors as for events(), except that a refused `logprobs` is FAILED_PRECONDITION: the
+        estimate, not the caller, chose the number it asks for."""
+        if self._sync is None:
+            self._sync = httpx.Client(timeout=httpx.Timeout(self.cfg.timeout_s, connect=10.0))
+        body = {"model": self.upstream_model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
+                "logprobs": logprobs}
+        if stop:
+            body["stop"] = list(stop)
+        if seed is not None:
+            body["seed"] = seed
+        try:
+            resp = self._sync.post(self.url, json=body, headers=self.headers)
+        except httpx.TimeoutException:
+            raise Unavailable(f"{self.describe()} timed out", reason="REMOTE_TIMEOUT") from None
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"{self.describe()} is unreachable: {type(exc).__name__}",
+                              reason="REMOTE_UNAVAILABLE") from None
+        if resp.status_code != 200:
+            err = _error_body(resp.content)
+            if resp.status_code == 400 and err.get("param") == "logprobs":
+                raise FailedPrecondition(f"{self.describe()} refuses logprobs={logprobs}, which the uncertainty "
+                                         f"estimate needs (the top alternatives of each token): "
+                                         f"{err.get('message') or ''}", reason="REMOTE_REJECTED",
+                                         metadata={"backend": self.cfg.base_url, "field": "uncertainty"})
+            raise self._error(resp.status_code, err, resp.headers)
+        try:
+            return resp.json()["choices"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise Unavailable(f"{self.describe()} answered a completion without choices",
+                              reason="REMOTE_FAILED") from None
 
     def body(self, prompt: str, s: SamplingParams) -> dict:
         body = {"model": self.upstream_model, "prompt": prompt, "max_tokens": s.max_new_tokens,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Options:
     alphas: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
     length_normalised: bool = True
     max_candidates: int = 200            # at most this many ranked substitutions are tried (the repo: all)
+    remote_top_logprobs: int = 20        # a remote model: top alternatives asked per step (RemoteLM)
 
 
 @dataclass
@@ -218,17 +220,64 @@ def stop_token_ids(tokenizer, stop: Sequence[str]) -> frozenset[int]:
     return _STOP_CACHE[key]
 
 
+def beam_search(opts: Options, ends, prefix: Sequence[int], prefix_logp: float, first_logp: torch.Tensor,
+                advance) -> tuple[list[int], float]:
+    """The beam-search loop of LM.beam (transformers' with length_penalty 1 and early_stopping): each step extends
+    every live beam by its 2K best tokens, a candidate that ends the answer (ends(token)) goes to the finished set
+    with score sum log p / length, the K best others continue; it stops once K are finished, or at max_new_tokens
+    (the live beams then count as finished). first_logp [K, V]: the next-token log-probabilities after the prefix
+    (the K rows are copies); advance(rows, tokens, live) -> [K, V]: beam i continues row rows[i] with tokens[i] (live
+    False: a padding row whose score is -inf, whose distribution is never used). The local LM advances its KV cache,
+    the remote one asks the server."""
+    k = opts.num_beams
+    logp = first_logp
+    beams: list[list[int]] = [[] for _ in range(k)]
+    scores = torch.full((k,), float("-inf"))
+    scores[0] = 0.0  # only the first row is live at the start (the rows are copies)
+    finished: list[tuple[float, list[int], float]] = []   # (normalised score, tokens, sum log p)
+    budget = max(1, opts.max_new_tokens - len(prefix))
+    for t in range(budget):
+        total = (scores[:, None] + logp).flatten()
+        top = torch.topk(total, min(2 * k, total.numel()))
+        nxt_rows, nxt_tok, nxt_beams, nxt_scores = [], [], [], []
+        for rank, (s, flat) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=False)):
+            row, tok = divmod(flat, logp.shape[1])
+            if s == float("-inf"):
+                break
+            if ends(tok):
+                if rank < k:
+                    seq = [*beams[row], tok]
+                    finished.append((s / (len(prefix) + len(seq)), seq, s))
+                continue
+            nxt_rows.append(row)
+            nxt_tok.append(tok)
+            nxt_beams.append([*beams[row], tok])
+            nxt_scores.append(s)
+            if len(nxt_rows) == k:
+                break
+        if len(finished) >= k or not nxt_rows or t == budget - 1:
+            if t == budget - 1 or not nxt_rows:
+                finished += [(s / (len(prefix) + len(b)), b, s) for b, s in zip(nxt_beams, nxt_scores, strict=True)]
+            break
+        live = [True] * len(nxt_rows) + [False] * (k - len(nxt_rows))
+        while len(nxt_rows) < k:  # fewer than k continuations: pad with dead rows
+            nxt_rows.append(nxt_rows[0])
+            nxt_tok.append(nxt_tok[0])
+            nxt_beams.append(nxt_beams[0])
+            nxt_scores.append(float("-inf"))
+        logp = advance(nxt_rows, nxt_tok, live)
+        beams, scores = nxt_beams, torch.tensor(nxt_scores)
+    best = max(finished, key=lambda f: f[0])
+    return [*prefix, *best[1]], prefix_logp + best[2]
+
+
 class LM:
     """A Hugging Face causal LM + tokenizer with what SDLG needs, all from one prefilled prompt cache (the prompt
     is run through the model once per question; every generation forks its cache): beam search from the prompt or
     from a prefix, multinomial sampling, the initial answer's next-token distributions, and text. Generations carry
     their log-likelihood from the decoding itself (beam score = sum of token log-probabilities; sampling at
-    temperature 1 records log p of each drawn token), so no second scoring pass is needed.
-
-    Beam search is this module's own loop, as transformers' with length_penalty 1 and early_stopping: each step
-    extends every live beam by its 2K best tokens, a candidate that ends the answer goes to the finished set with
-    score sum log p / length, the K best others continue; it stops once K are finished, or at max_new_tokens (the
-    live beams then count as finished)."""
+    temperature 1 records log p of each drawn token), so no second scoring pass is needed. Beam search is
+    beam_search's loop over the forked cache."""
 
     def __init__(self, model, tokenizer, opts: Options, prompt_ids: Sequence[int]):
         self.model, self.tok, self.opts = model, tokenizer, opts
@@ -273,46 +322,12 @@ class LM:
         self.calls += 1
         k = self.opts.num_beams
         cache = self._fork(k)
-        logp = self._step(cache, torch.tensor([list(prefix)] * k))[:, -1] if prefix else self.last_logp.expand(k, -1)
-        beams: list[list[int]] = [[] for _ in range(k)]
-        scores = torch.full((k,), float("-inf"))
-        scores[0] = 0.0  # only the first row is live at the start (the rows are copies)
-        finished: list[tuple[float, list[int], float]] = []   # (normalised score, tokens, sum log p)
-        budget = max(1, self.opts.max_new_tokens - len(prefix))
-        for t in range(budget):
-            total = (scores[:, None] + logp).flatten()
-            top = torch.topk(total, 2 * k)
-            nxt_rows, nxt_tok, nxt_beams, nxt_scores = [], [], [], []
-            for rank, (s, flat) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=False)):
-                row, tok = divmod(flat, logp.shape[1])
-                if s == float("-inf"):
-                    break
-                if self.ends(tok):
-                    if rank < k:
-                        seq = [*beams[row], tok]
-                        finished.append((s / (len(prefix) + len(seq)), seq, s))
-                    continue
-                nxt_rows.append(row)
-                nxt_tok.append(tok)
-                nxt_beams.append([*beams[row], tok])
-                nxt_scores.append(s)
-                if len(nxt_rows) == k:
-                    break
-            if len(finished) >= k or not nxt_rows or t == budget - 1:
-                if t == budget - 1 or not nxt_rows:
-                    finished += [(s / (len(prefix) + len(b)), b, s)
-                                 for b, s in zip(nxt_beams, nxt_scores, strict=True)]
-                break
-            while len(nxt_rows) < k:  # fewer than k continuations: pad with dead rows
-                nxt_rows.append(nxt_rows[0])
-                nxt_tok.append(nxt_tok[0])
-                nxt_beams.append(nxt_beams[0])
-                nxt_scores.append(float("-inf"))
-            cache.reorder_cache(torch.tensor(nxt_rows))
-            beams, scores = nxt_beams, torch.tensor(nxt_scores)
-            logp = self._step(cache, torch.tensor(nxt_tok)[:, None])[:, -1]
-        best = max(finished, key=lambda f: f[0])
-        return [*prefix, *best[1]], prefix_logp + best[2]
+        first = self._step(cache, torch.tensor([list(prefix)] * k))[:, -1] if prefix else self.last_logp.expand(k, -1)
+
+        def advance(rows: list[int], tokens: list[int], live: list[bool]) -> torch.Tensor:
+            cache.reorder_cache(torch.tensor(rows))
+            return self._step(cache, torch.tensor(tokens)[:, None])[:, -1]
+        return beam_search(self.opts, self.ends, prefix, prefix_logp, first, advance)
 
     @torch.no_grad()
     def sample(self, n: int) -> list[tuple[list[int], float]]:
@@ -345,6 +360,157 @@ class LM:
             return self.last_logp.exp()[None]
         rest = self._step(self._fork(1), torch.tensor([list(ids[:-1])]))[0]
         return torch.cat([self.last_logp[None], rest]).exp()
+
+
+# ------------------------------------------------------------------------------------ a model behind an OpenAI API
+# A token the API names by a text spelled like a control token is taken for one (the API gives no ids to check):
+# these spellings end an answer, as the end-of-sequence token does; any other "<...>" spelling is never substituted.
+EOS_SPELLINGS = frozenset({"</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<end_of_turn>",
+                           "<|im_end|>", "<|end|>"})
+_CONTROL = re.compile(r"<\|?/?[A-Za-z_][A-Za-z0-9_.:-]*\|?>")
+
+
+class TokenTable:
+    """The tokens of a remote model, which the OpenAI completions API names by their text: each distinct text gets
+    a small id (in order of first sight), so the SDLG code path that works on token ids runs unchanged. Two token
+    ids of the server that decode to the same text are one token here (the API's top_logprobs are keyed by text)."""
+
+    def __init__(self):
+        self.strings: list[str] = []
+        self.ids: dict[str, int] = {}
+        self.special: set[int] = set()
+        self.eos: set[int] = set()
+
+    def id(self, text: str) -> int:
+        i = self.ids.get(text)
+        if i is None:
+            i = self.ids[text] = len(self.strings)
+            self.strings.append(text)
+            if _CONTROL.fullmatch(text):
+                self.special.add(i)
+                if text in EOS_SPELLINGS:
+                    self.eos.add(i)
+        return i
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return "".join(self.strings[i] for i in ids if not (skip_special_tokens and i in self.special))
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+
+class RemoteLM:
+    """LM's interface over a model served by an OpenAI-compatible server (services.generation.remote), from what
+    the completions API gives: the text of each generated token, its logprob, and the top-L alternatives with their
+    logprobs at each step (`logprobs` = L, opts.remote_top_logprobs). `complete(prompt, max_tokens=, temperature=,
+    logprobs=, seed=, stop=)` makes one non-streamed request and returns its first choice.
+
+    - beam search: beam_search's loop, each step asking the server for one greedy token after prompt + each live
+      beam's text (max_tokens 1, logprobs L >= 2K: every candidate the loop can keep is in the answer, so the search
+      is the local one's, token for token). Answers are cached per beam, so the initial answer's next-token
+      distributions come from its own search at no extra cost.
+    - multinomial sampling: N requests (seed, seed + 1, ...) at opts.temperature with their token logprobs.
+    - SDLG's importance scores: p(v | prefix) from those top-L lists.
+
+    What is approximated, and why:
+    - SDLG's candidates are the tokens above token_prob_threshold among the top L at each position, not among the
+      whole vocabulary (the API returns no more); their importance p(v) is the server's own logprob, exact. With L =
+      20 (the cap of vLLM and of this service's own server) a candidate is missed only where more than 20 tokens pass
+      the threshold; the substitution and attribution scores are computed here from the token texts, as locally.
+    - A prefix goes to the server as text (prompt + the beam's token texts), which the server tokenises again: it is
+      the same token sequence whenever the tokens' texts re-encode to themselves (the usual case; a byte-level token
+      that is half of a UTF-8 character cannot).
+    - Tokens are known by text (TokenTable): a control token is recognised by its spelling.
+    - The log-likelihoods are the server's logprobs: of the model's distribution for this service's own server
+      (and vLLM with its default raw logprobs); a server that reports them after temperature scaling makes the
+      baselines' likelihoods those of the tempered distribution."""
+
+    def __init__(self, complete, prompt: str, opts: Options, cancelled=None):
+        self.complete, self.prompt, self.opts = complete, prompt, opts
+        self.cancelled = cancelled or (lambda: False)
+        self.tok = TokenTable()
+        self.special, self.eos = self.tok.special, self.tok.eos   # shared sets: they grow with the table
+        self.calls = 0
+        self.requests = 0
+        self._next: dict[tuple[int, ...], dict[int, float]] = {}
+
+    def _request(self, prompt: str, **kw) -> dict:
+        if self.cancelled():
+            raise Cancelled("the caller went away")
+        self.requests += 1
+        return self.complete(prompt, **kw)
+
+    def _tokens(self, choice: dict) -> tuple[list[int], list[float], list[dict[int, float]]]:
+        lp = choice.get("logprobs") or {}
+        ids = [self.tok.id(t) for t in lp.get("tokens") or []]
+        lps = [float(x) if x is not None else -math.inf for x in lp.get("token_logprobs") or [None] * len(ids)]
+        tops = [{self.tok.id(t): float(v) for t, v in (d or {}).items()} for d in lp.get("top_logprobs") or []]
+        return ids, lps, tops
+
+    def text(self, ids: Sequence[int]) -> str:
+        s = self.tok.decode(list(ids), skip_special_tokens=True)
+        for st in self.opts.stop:
+            if st and st in s:
+                s = s[:s.index(st)]
+        return s.strip()
+
+    def ends(self, token_id: int) -> bool:
+        return token_id in self.eos or any(st and st in self.tok.strings[token_id] for st in self.opts.stop)
+
+    def next_logp(self, ids: Sequence[int]) -> dict[int, float]:
+        """{token: logprob} of the server's top L next tokens after prompt + ids (and the greedy one)."""
+        key = tuple(ids)
+        if key not in self._next:
+            choice = self._request(self.prompt + self.tok.decode(list(ids)), max_tokens=1, temperature=0.0,
+                                   logprobs=self.opts.remote_top_logprobs, seed=None, stop=())
+            toks, lps, tops = self._tokens(choice)
+            nxt = dict(tops[0]) if tops else {}
+            if toks:
+                nxt.setdefault(toks[0], lps[0])
+                if choice.get("finish_reason") == "stop" and not self.ends(toks[0]):
+                    self.eos.add(toks[0])   # it ended the answer without a stop string: the end-of-sequence token
+            self._next[key] = nxt
+        return self._next[key]
+
+    def _dense(self, rows: Sequence[dict[int, float] | None]) -> torch.Tensor:
+        out = torch.full((len(rows), len(self.tok)), float("-inf"))
+        for r, d in enumerate(rows):
+            for t, v in (d or {}).items():
+                out[r, t] = v
+        return out
+
+    def beam(self, prefix: Sequence[int] = (), prefix_logp: float = 0.0) -> tuple[list[int], float]:
+        self.calls += 1
+        k = self.opts.num_beams
+        if self.opts.remote_top_logprobs < 2 * k:
+            raise ValueError("remote_top_logprobs must be >= 2 * num_beams")
+        rows: list[list[int]] = [list(prefix)] * k
+        first = self._dense([self.next_logp(prefix)]).expand(k, -1)
+
+        def advance(src: list[int], tokens: list[int], live: list[bool]) -> torch.Tensor:
+            nonlocal rows
+            rows = [[*rows[r], t] for r, t in zip(src, tokens, strict=True)]
+            return self._dense([self.next_logp(r) if ok else None for r, ok in zip(rows, live, strict=True)])
+        return beam_search(self.opts, self.ends, prefix, prefix_logp, first, advance)
+
+    def sample(self, n: int) -> list[tuple[list[int], float]]:
+        self.calls += 1
+        out = []
+        for i in range(n):
+            choice = self._request(self.prompt, max_tokens=self.opts.max_new_tokens,
+                                   temperature=self.opts.temperature, logprobs=1, seed=self.opts.seed + i,
+                                   stop=tuple(st for st in self.opts.stop if st))
+            ids, lps, _ = self._tokens(choice)
+            out.append((ids, float(sum(lps))))
+        return out
+
+    def distributions(self, ids: Sequence[int]) -> torch.Tensor:
+        """[len(ids), V]: the server's top-L probabilities at each position of the answer (0 elsewhere)."""
+        return self._dense([self.next_logp(ids[:k]) for k in range(max(len(ids), 1))]).exp()
+
+
+class Cancelled(Exception):
+    """The caller of a remote estimate went away: no more requests are made."""
 
 
 # ------------------------------------------------------------------------------------------------------- SDLG
@@ -457,12 +623,32 @@ def initial_answer(lm: LM) -> tuple[Generation, torch.Tensor | None]:
     return Generation(lm.text(ids), ids, ll, len(ids)), (lm.distributions(ids) if ids else None)
 
 
+def answer_tokens(lm, answer: Generation, probs: torch.Tensor | None) -> list[tuple[int, str, float]]:
+    """(token id, text released with it, logprob) for each token of the initial answer: the texts concatenate to
+    answer.text (stop string cut, whitespace stripped; a token whose text is not yet settled, such as half a UTF-8
+    character, releases nothing and a later one releases it)."""
+    out, emitted = [], ""
+    for k, t in enumerate(answer.ids):
+        cur = lm.text(answer.ids[:k + 1])
+        delta = ""
+        if cur.startswith(emitted) and not cur.endswith("\ufffd") and answer.text.startswith(cur):
+            delta, emitted = cur[len(emitted):], cur
+        lp = math.log(max(float(probs[k, t]), 1e-30)) if probs is not None else math.nan
+        out.append((int(t), delta, lp))
+    if out and emitted != answer.text:  # whatever is left goes with the last token
+        t, delta, lp = out[-1]
+        out[-1] = (t, delta + answer.text[len(emitted):], lp)
+    return out
+
+
 def estimate(model, tokenizer, nli, prompt: str, question: str, opts: Options, *, lm: LM | None = None,
              initial: tuple[Generation, torch.Tensor | None] | None = None,
-             prompt_ids: Sequence[int] | None = None) -> Estimate:
+             prompt_ids: Sequence[int] | None = None, on_answer=None) -> Estimate:
     """One answer with its semantic uncertainty by opts.method (module docstring). `nli` may be None for
     "predictive" and "lexical" (no clusters then). `lm` and `initial` may be passed to share the prompt's cache and
-    the initial answer between methods (the benchmark does; its costs are then counted once)."""
+    the initial answer between methods (the benchmark does; its costs are then counted once); `lm` may be a
+    RemoteLM (model and tokenizer None then). on_answer(answer_tokens(...)) is called once the initial answer is
+    known, before the alternatives and the clustering (GenerateStream sends the answer then)."""
     if opts.method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}")
     if nli is None and opts.method in ("sdlg", "multinomial"):
@@ -475,6 +661,8 @@ def estimate(model, tokenizer, nli, prompt: str, question: str, opts: Options, *
     if initial is None:
         initial = initial_answer(lm)
     first, probs = initial
+    if on_answer is not None:
+        on_answer(answer_tokens(lm, first, probs))
     gens = [copy.copy(first)]
     if opts.method == "sdlg":
         if probs is not None and first.text:

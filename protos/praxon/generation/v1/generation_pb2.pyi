@@ -168,16 +168,18 @@ class UncertaintyResult(_message.Message):
     def __init__(self, method: _Optional[_Union[UncertaintyMethod, str]] = ..., answer: _Optional[str] = ..., entropy: _Optional[float] = ..., semantic_entropy: _Optional[float] = ..., predictive_entropy: _Optional[float] = ..., lexical_similarity: _Optional[float] = ..., clusters: _Optional[_Iterable[_Union[SemanticCluster, _Mapping]]] = ..., generations: _Optional[_Iterable[_Union[UncertaintyGeneration, _Mapping]]] = ..., nli_model: _Optional[_Union[ModelInfo, _Mapping]] = ..., seconds_generate: _Optional[float] = ..., seconds_cluster: _Optional[float] = ...) -> None: ...
 
 class GenerateStreamRequest(_message.Message):
-    __slots__ = ("model", "prompt", "sampling", "kv_compression")
+    __slots__ = ("model", "prompt", "sampling", "kv_compression", "uncertainty")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     KV_COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    UNCERTAINTY_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     prompt: str
     sampling: SamplingParams
     kv_compression: KvCompression
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ...) -> None: ...
+    uncertainty: UncertaintyOptions
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv_compression: _Optional[_Union[KvCompression, _Mapping]] = ..., uncertainty: _Optional[_Union[UncertaintyOptions, _Mapping]] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "text", "logprob")
@@ -258,18 +260,20 @@ class GenerateResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., uncertainty: _Optional[_Union[UncertaintyResult, _Mapping]] = ...) -> None: ...
 
 class GenerateStreamResponse(_message.Message):
-    __slots__ = ("token", "finish_reason", "usage", "cache", "model")
+    __slots__ = ("token", "finish_reason", "usage", "cache", "model", "uncertainty")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    UNCERTAINTY_FIELD_NUMBER: _ClassVar[int]
     token: Token
     finish_reason: FinishReason
     usage: Usage
     cache: CacheStats
     model: ModelInfo
-    def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
+    uncertainty: UncertaintyResult
+    def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., uncertainty: _Optional[_Union[UncertaintyResult, _Mapping]] = ...) -> None: ...
 
 class CountTokensRequest(_message.Message):
     __slots__ = ("model", "text")

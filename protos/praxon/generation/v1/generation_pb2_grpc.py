@@ -88,7 +88,9 @@ class GenerationServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GenerateStream(self, request, context):
-        """Generates a completion and streams it token by token; the last message carries the finish reason and usage.
+        """Generates a completion and streams it token by token; the last message carries the finish reason and usage
+        (and, when the request asked for uncertainty, the UncertaintyResult: the answer's tokens come first, as soon as
+        the beam search has found it, then the alternatives and clusters are computed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
