@@ -119,7 +119,13 @@ def cmd_console(args) -> None:
 
     address = args.address or os.environ.get("PRAXON_ADDRESS") or find_up_state(args.data_dir)[0].get("address") \
         or DEFAULT_ADDRESS
-    run_console(address, args.host, args.port, secure_cookies=args.secure_cookies)
+    services = {}
+    for item in args.service_address:
+        name, _, where = item.partition("=")
+        if not name or not where:
+            raise SystemExit(f"error: --service-address {item!r}: expected NAME=HOST:PORT")
+        services[name] = where
+    run_console(address, args.host, args.port, service_addresses=services, secure_cookies=args.secure_cookies)
 
 
 def cmd_demo(args) -> None:
@@ -160,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("console", help="serve the read-only web console (sign in with an API token)")
     sp.add_argument("--address", help="host:port of the platform's gRPC API (default: PRAXON_ADDRESS, else the "
                     "`praxon up` running in --data-dir, else 127.0.0.1:50051)")
+    sp.add_argument("--service-address", action="append", default=[], metavar="NAME=HOST:PORT",
+                    help="a service served at another address than --address (unlearning, design), as in a cluster "
+                    "where each service has its own; repeatable")
     sp.add_argument("--data-dir", default=".praxon", help="where `praxon up` keeps its state")
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
     sp.add_argument("--port", type=int, default=8600, help="port to listen on (0: a free one, printed on start)")

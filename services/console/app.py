@@ -97,10 +97,11 @@ class PageNotFound(Exception):
     """The page names nothing this token can see."""
 
 
-def create_app(address: str, *, secure_cookies: bool = False, session_idle_s: float = 8 * 3600) -> Starlette:
-    """The console for the platform at `address` (host:port of its gRPC API). secure_cookies: mark the session
-    cookie Secure (behind HTTPS)."""
-    platform = Platform(address)
+def create_app(address: str, *, service_addresses: dict[str, str] | None = None, secure_cookies: bool = False,
+               session_idle_s: float = 8 * 3600) -> Starlette:
+    """The console for the platform at `address` (host:port of its gRPC API; service_addresses: the services served
+    elsewhere, see Platform). secure_cookies: mark the session cookie Secure (behind HTTPS)."""
+    platform = Platform(address, service_addresses)
     sessions = Sessions(session_idle_s)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["json"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)

@@ -23,18 +23,27 @@ NOT_FOUND_CODES = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT, 
 
 
 class Platform:
-    """Stubs over one retrying channel (services.common.client.retrying_channel: TLS from PRAXON_TLS_* when set),
-    and an asyncio channel for the streams the pages follow live (WatchJob)."""
+    """Stubs over retrying channels (services.common.client.retrying_channel: TLS from PRAXON_TLS_* when set), and
+    an asyncio channel for the streams the pages follow live (WatchJob). One address serves everything (`praxon
+    serve`, `praxon up`); in a cluster each service has its own, given by service_addresses (service name ->
+    host:port: "unlearning", "design"; "platform" is `address`)."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, service_addresses: dict[str, str] | None = None):
         self.address = address
-        self.channel = retrying_channel(address, budget_s=10.0)
-        self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
-        self.models = models_pb2_grpc.ModelRegistryServiceStub(self.channel)
-        self.artifacts = artifacts_pb2_grpc.ArtifactServiceStub(self.channel)
-        self.design = design_pb2_grpc.DesignServiceStub(self.channel)
-        self.crystals = crystals_pb2_grpc.CrystalServiceStub(self.channel)
-        self.unlearning = unlearning_pb2_grpc.UnlearningServiceStub(self.channel)
+        channels: dict[str, grpc.Channel] = {}
+
+        def channel(service: str) -> grpc.Channel:
+            target = (service_addresses or {}).get(service) or address
+            if target not in channels:
+                channels[target] = retrying_channel(target, budget_s=10.0)
+            return channels[target]
+        self.channels = channels
+        self.jobs = jobs_pb2_grpc.JobServiceStub(channel("platform"))
+        self.models = models_pb2_grpc.ModelRegistryServiceStub(channel("platform"))
+        self.artifacts = artifacts_pb2_grpc.ArtifactServiceStub(channel("platform"))
+        self.design = design_pb2_grpc.DesignServiceStub(channel("design"))
+        self.crystals = crystals_pb2_grpc.CrystalServiceStub(channel("design"))
+        self.unlearning = unlearning_pb2_grpc.UnlearningServiceStub(channel("unlearning"))
         self._aio: grpc.aio.Channel | None = None
 
     def aio_jobs(self) -> jobs_pb2_grpc.JobServiceStub:
@@ -46,7 +55,8 @@ class Platform:
         return jobs_pb2_grpc.JobServiceStub(self._aio)
 
     def close(self) -> None:
-        self.channel.close()
+        for c in self.channels.values():
+            c.close()
 
 
 def metadata(token: str) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run_console(address: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-                secure_cookies: bool = False) -> None:
+                service_addresses: dict[str, str] | None = None, secure_cookies: bool = False) -> None:
     """Serve the console for the platform at `address` until stopped. A host other than loopback is said to be
     one (a token typed into the page travels in clear unless a TLS proxy is in front)."""
     import uvicorn
@@ -46,6 +46,7 @@ def run_console(address: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     if not is_loopback(host) and not secure_cookies:
         print("warning: the console listens beyond loopback without --secure-cookies: put it behind TLS",
               file=sys.stderr, flush=True)
-    config = uvicorn.Config(create_app(address, secure_cookies=secure_cookies), log_level="warning",
+    app = create_app(address, service_addresses=service_addresses, secure_cookies=secure_cookies)
+    config = uvicorn.Config(app, log_level="warning",
                             access_log=False, proxy_headers=False, lifespan="off", timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])
