@@ -353,8 +353,14 @@ def create_app(address: str, *, service_addresses: dict[str, str] | None = None,
         job = call(platform.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=request.path_params["job_id"]), session).job
         if job.kind != "design.flows.sample":
             raise PageNotFound()
-        return render(request, "flow.html", session=session, job=job, params=to_dict(job.params),
-                      result=to_dict(job.result))
+        result = to_dict(job.result)
+        # the job's per-iteration statistics (name -> one value per iteration) as a table; the rest as JSON
+        series = result.get("per_iteration")
+        per_iteration = {k: v for k, v in series.items() if isinstance(v, list)} if isinstance(series, dict) else {}
+        rows = min((len(v) for v in per_iteration.values()), default=0)
+        summary = {k: v for k, v in result.items() if k != "per_iteration" or not per_iteration}
+        return render(request, "flow.html", session=session, job=job, params=to_dict(job.params), summary=summary,
+                      per_iteration=per_iteration, per_iteration_rows=rows)
 
     # ------------------------------------------------------------------------------------------ unlearning
     @signed_in
