@@ -339,6 +339,8 @@ def create_app(address: str, *, service_addresses: dict[str, str] | None = None,
     def crystal_page(request: Request, session: Session):
         job_id = request.path_params["job_id"]
         job = call(platform.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id), session).job
+        if job.kind != "design.crystals.generate":
+            raise PageNotFound()
         crystal_set = None
         if state_name(job.state) == "SUCCEEDED":
             crystal_set = call(platform.crystals.GetCrystalSet, crystals_pb2.GetCrystalSetRequest(job_id=job_id),

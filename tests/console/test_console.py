@@ -344,7 +344,8 @@ def test_a_second_tenant_gets_404_for_the_first_tenants_pages(env, page, selftes
                  f"/unlearning/{unlearned.record_id}", f"/campaigns/{campaign.id}",
                  f"/campaigns/{campaign.id}/plot.png", f"/artifacts/{job.artifacts[0].id}",
                  f"/artifacts/{unlearned.dataset}", f"/flows/{flow_samples.id}",
-                 f"/artifacts/{flow_samples.artifacts[0].id}/inline", "/jobs/not-a-job-id"):
+                 f"/artifacts/{flow_samples.artifacts[0].id}/inline", f"/crystals/{selftest_job.id}",
+                 "/jobs/not-a-job-id"):
         response = page.goto(f"{env.url}{path}")
         assert response.status == 404, (path, response.status)
     for path, gone in (("/models", unlearned.name), ("/campaigns", campaign.id), ("/unlearning", unlearned.record_id)):
