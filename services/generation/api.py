@@ -137,7 +137,7 @@ def uncertainty_options(request, cfg: GenerationConfig):
     question = u.question or next((ln.strip() for ln in reversed(request.prompt.splitlines()) if ln.strip()), "")
     opts = Options(method=method, n=n, num_beams=beams, max_new_tokens=min(sampling.max_new_tokens, 256)
                    if s.HasField("max_new_tokens") else 32, temperature=temp if temp > 0 else 1.0,
-                   seed=sampling.seed or 0, stop=tuple(sampling.stop) or ("\n",))
+                   seed=sampling.seed or 0, stop=tuple(sampling.stop) or ("\n",), top_logprobs=sampling.logprobs)
     return opts, question
 
 
@@ -483,9 +483,11 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
             if answer.done():
                 tokens, loaded = answer.result()
                 remote = loaded.tokenizer is None  # a remote model's token ids are unknown (0), as in its streams
-                for k, (token_id, text, logprob) in enumerate(tokens):
-                    msg = pb.GenerateStreamResponse(token=pb.Token(token_id=0 if remote else token_id, text=text,
-                                                                   logprob=logprob))
+                for k, (token_id, text, logprob, alternatives) in enumerate(tokens):
+                    token = pb.Token(token_id=0 if remote else token_id, text=text, logprob=logprob,
+                                     top_logprobs=[pb.TokenLogprob(token_id=0 if remote else i, text=t, logprob=lp)
+                                                   for i, t, lp in alternatives])
+                    msg = pb.GenerateStreamResponse(token=token)
                     if k == 0:
                         msg.model.CopyFrom(loaded.info)
                     yield msg

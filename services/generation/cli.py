@@ -412,7 +412,7 @@ def uncertainty_demo(target, model, is_gemma: bool) -> None:
     prompt = UNCERTAINTY_PROMPT if is_gemma else "question : where does the river go ? answer :"
     print(f"{'Gemma' if is_gemma else 'tiny model'}: {prompt.splitlines()[-1]}")
     req = pb.GenerateRequest(model=model, prompt=prompt, sampling=pb.SamplingParams(max_new_tokens=8))
-    uncertain(target, req, "sdlg", f"{nli.name}:{nli.version}", generations=3, timeout=GEMMA_DEADLINE_S)
+    uncertain(target, req, "sdlg", f"{nli.name}:{nli.version}", generations=3, timeout=GEMMA_DEADLINE_S, stream=True)
 
 
 # ---------------------------------------------------------------------------------------------- praxon rag

@@ -6,7 +6,9 @@ collects) and turn its chunks into the engine's own events (services.generation.
 the servicer answers exactly as for a local model. Logprobs: the upstream's per-token logprobs and top
 alternatives (`logprobs` = the request's top_logprobs). What the OpenAI API cannot carry is left empty and said so:
 token ids are 0 (the API returns token strings, not ids) and the cache statistics are zero (the cache lives
-upstream). KV-cache compression is the local engine's: a compressing policy on a remote model is FAILED_PRECONDITION
+upstream). Generate with uncertainty makes its own non-streamed requests through complete() (greedy single tokens
+with their top-20 alternatives for beam search and SDLG, seeded samples for the baselines: see
+services.generation.uncertainty.RemoteLM). KV-cache compression is the local engine's: a compressing policy on a remote model is FAILED_PRECONDITION
 (raised by the servicer, naming the backend). A client that goes away closes the upstream stream, which cancels the
 generation there.
 

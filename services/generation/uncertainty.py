@@ -31,6 +31,12 @@ estimate(lm, tokenizer, nli, prompt, question, Options(method=...)):
    lexical similarity = mean pairwise ROUGE-L F1 of the answers (the score reported is 1 - it, so that higher is
    more uncertain for every method).
 
+A model served by an OpenAI-compatible server (services.generation.remote) runs the same code path through RemoteLM:
+beam search, sampling and SDLG's importance scores from the completions API's token logprobs and top-20
+alternatives; what that approximates (SDLG's candidates are those among the top 20; prefixes travel as text; tokens
+are known by their text) is said in RemoteLM's docstring. Where the top 20 hold every candidate and the texts
+re-encode to their tokens, it equals the local estimate (tests/generation/test_uncertainty_remote.py).
+
 The NLI model is any services.generation.nli.NLIModel: a registered DeBERTa-MNLI where users have one, here the
 MiniLM NLI head (a stand-in for DeBERTa-MNLI)."""
 from __future__ import annotations
@@ -40,6 +46,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -61,6 +68,7 @@ class Options:
     length_normalised: bool = True
     max_candidates: int = 200            # at most this many ranked substitutions are tried (the repo: all)
     remote_top_logprobs: int = 20        # a remote model: top alternatives asked per step (RemoteLM)
+    top_logprobs: int = 0                # alternatives reported with each token of the answer (answer_tokens)
 
 
 @dataclass
@@ -407,9 +415,10 @@ class RemoteLM:
 
     - beam search: beam_search's loop, each step asking the server for one greedy token after prompt + each live
       beam's text (max_tokens 1, logprobs L >= 2K: every candidate the loop can keep is in the answer, so the search
-      is the local one's, token for token). Answers are cached per beam, so the initial answer's next-token
-      distributions come from its own search at no extra cost.
-    - multinomial sampling: N requests (seed, seed + 1, ...) at opts.temperature with their token logprobs.
+      is the local one's, token for token); the K requests of a step go concurrently. Answers are cached per beam,
+      so the initial answer's next-token distributions come from its own search at no extra cost.
+    - multinomial sampling: N concurrent requests (seed, seed + 1, ...) at opts.temperature with their token
+      logprobs.
     - SDLG's importance scores: p(v | prefix) from those top-L lists.
 
     What is approximated, and why:
@@ -434,11 +443,18 @@ class RemoteLM:
         self.requests = 0
         self._next: dict[tuple[int, ...], dict[int, float]] = {}
 
-    def _request(self, prompt: str, **kw) -> dict:
+    def _requests(self, calls: Sequence[tuple[str, dict]]) -> list[dict]:
+        """The first choice of each (prompt, parameters) request, made concurrently (a server batches them, as
+        vLLM and this service's engine do); answers in the calls' order."""
+        if not calls:
+            return []
         if self.cancelled():
             raise Cancelled("the caller went away")
-        self.requests += 1
-        return self.complete(prompt, **kw)
+        self.requests += len(calls)
+        if len(calls) == 1:
+            return [self.complete(calls[0][0], **calls[0][1])]
+        with ThreadPoolExecutor(max_workers=min(len(calls), 8)) as pool:
+            return list(pool.map(lambda c: self.complete(c[0], **c[1]), calls))
 
     def _tokens(self, choice: dict) -> tuple[list[int], list[float], list[dict[int, float]]]:
         lp = choice.get("logprobs") or {}
@@ -459,10 +475,14 @@ class RemoteLM:
 
     def next_logp(self, ids: Sequence[int]) -> dict[int, float]:
         """{token: logprob} of the server's top L next tokens after prompt + ids (and the greedy one)."""
-        key = tuple(ids)
-        if key not in self._next:
-            choice = self._request(self.prompt + self.tok.decode(list(ids)), max_tokens=1, temperature=0.0,
-                                   logprobs=self.opts.remote_top_logprobs, seed=None, stop=())
+        return self.next_logps([ids])[0]
+
+    def next_logps(self, rows: Sequence[Sequence[int]]) -> list[dict[int, float]]:
+        """next_logp of each row; the rows not asked before in one concurrent round of requests."""
+        todo = [k for k in dict.fromkeys(tuple(r) for r in rows) if k not in self._next]
+        params = dict(max_tokens=1, temperature=0.0, logprobs=self.opts.remote_top_logprobs, seed=None, stop=())
+        choices = self._requests([(self.prompt + self.tok.decode(list(k)), params) for k in todo])
+        for key, choice in zip(todo, choices, strict=True):  # in order: the token table's ids do not depend on timing
             toks, lps, tops = self._tokens(choice)
             nxt = dict(tops[0]) if tops else {}
             if toks:
@@ -470,7 +490,7 @@ class RemoteLM:
                 if choice.get("finish_reason") == "stop" and not self.ends(toks[0]):
                     self.eos.add(toks[0])   # it ended the answer without a stop string: the end-of-sequence token
             self._next[key] = nxt
-        return self._next[key]
+        return [self._next[tuple(r)] for r in rows]
 
     def _dense(self, rows: Sequence[dict[int, float] | None]) -> torch.Tensor:
         out = torch.full((len(rows), len(self.tok)), float("-inf"))
@@ -490,23 +510,25 @@ class RemoteLM:
         def advance(src: list[int], tokens: list[int], live: list[bool]) -> torch.Tensor:
             nonlocal rows
             rows = [[*rows[r], t] for r, t in zip(src, tokens, strict=True)]
-            return self._dense([self.next_logp(r) if ok else None for r, ok in zip(rows, live, strict=True)])
+            known = iter(self.next_logps([r for r, ok in zip(rows, live, strict=True) if ok]))
+            return self._dense([next(known) if ok else None for ok in live])
         return beam_search(self.opts, self.ends, prefix, prefix_logp, first, advance)
 
     def sample(self, n: int) -> list[tuple[list[int], float]]:
         self.calls += 1
+        stop = tuple(st for st in self.opts.stop if st)
+        choices = self._requests([(self.prompt, dict(max_tokens=self.opts.max_new_tokens,
+                                                     temperature=self.opts.temperature, logprobs=1,
+                                                     seed=self.opts.seed + i, stop=stop)) for i in range(n)])
         out = []
-        for i in range(n):
-            choice = self._request(self.prompt, max_tokens=self.opts.max_new_tokens,
-                                   temperature=self.opts.temperature, logprobs=1, seed=self.opts.seed + i,
-                                   stop=tuple(st for st in self.opts.stop if st))
+        for choice in choices:
             ids, lps, _ = self._tokens(choice)
             out.append((ids, float(sum(lps))))
         return out
 
     def distributions(self, ids: Sequence[int]) -> torch.Tensor:
         """[len(ids), V]: the server's top-L probabilities at each position of the answer (0 elsewhere)."""
-        return self._dense([self.next_logp(ids[:k]) for k in range(max(len(ids), 1))]).exp()
+        return self._dense(self.next_logps([ids[:k] for k in range(max(len(ids), 1))])).exp()
 
 
 class Cancelled(Exception):
@@ -623,10 +645,10 @@ def initial_answer(lm: LM) -> tuple[Generation, torch.Tensor | None]:
     return Generation(lm.text(ids), ids, ll, len(ids)), (lm.distributions(ids) if ids else None)
 
 
-def answer_tokens(lm, answer: Generation, probs: torch.Tensor | None) -> list[tuple[int, str, float]]:
-    """(token id, text released with it, logprob) for each token of the initial answer: the texts concatenate to
-    answer.text (stop string cut, whitespace stripped; a token whose text is not yet settled, such as half a UTF-8
-    character, releases nothing and a later one releases it)."""
+def answer_tokens(lm, answer: Generation, probs: torch.Tensor | None, top: int = 0) -> list[tuple]:
+    """(token id, text released with it, logprob, [(id, text, logprob) of the `top` most likely tokens]) for each
+    token of the initial answer: the texts concatenate to answer.text (stop string cut, whitespace stripped; a token
+    whose text is not yet settled, such as half a UTF-8 character, releases nothing and a later one releases it)."""
     out, emitted = [], ""
     for k, t in enumerate(answer.ids):
         cur = lm.text(answer.ids[:k + 1])
@@ -634,10 +656,15 @@ def answer_tokens(lm, answer: Generation, probs: torch.Tensor | None) -> list[tu
         if cur.startswith(emitted) and not cur.endswith("\ufffd") and answer.text.startswith(cur):
             delta, emitted = cur[len(emitted):], cur
         lp = math.log(max(float(probs[k, t]), 1e-30)) if probs is not None else math.nan
-        out.append((int(t), delta, lp))
+        alternatives = []
+        if top and probs is not None:
+            vals, idx = torch.topk(probs[k], min(top, probs.shape[1]))
+            alternatives = [(int(i), lm.tok.decode([int(i)]), math.log(float(v)))
+                            for v, i in zip(vals, idx, strict=True) if v > 0]  # 0: beyond a remote model's top L
+        out.append((int(t), delta, lp, alternatives))
     if out and emitted != answer.text:  # whatever is left goes with the last token
-        t, delta, lp = out[-1]
-        out[-1] = (t, delta + answer.text[len(emitted):], lp)
+        t, delta, lp, alternatives = out[-1]
+        out[-1] = (t, delta + answer.text[len(emitted):], lp, alternatives)
     return out
 
 
@@ -662,7 +689,7 @@ def estimate(model, tokenizer, nli, prompt: str, question: str, opts: Options, *
         initial = initial_answer(lm)
     first, probs = initial
     if on_answer is not None:
-        on_answer(answer_tokens(lm, first, probs))
+        on_answer(answer_tokens(lm, first, probs, opts.top_logprobs))
     gens = [copy.copy(first)]
     if opts.method == "sdlg":
         if probs is not None and first.text:

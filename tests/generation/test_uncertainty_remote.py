@@ -215,7 +215,8 @@ def test_generate_with_uncertainty_on_a_remote_model(env, method):
 
 @pytest.mark.parametrize("model", ["big", "lm-tiny"])
 def test_generate_stream_with_uncertainty_sends_the_answer_then_the_result(env, model):
-    msgs = list(env.stub.GenerateStream(_req(model, cls=pb.GenerateStreamRequest), metadata=env.md, timeout=120))
+    msgs = list(env.stub.GenerateStream(_req(model, cls=pb.GenerateStreamRequest, top_logprobs=3), metadata=env.md,
+                                        timeout=120))
     whole = env.stub.Generate(_req(model), metadata=env.md, timeout=120)
     tokens, last = msgs[:-1], msgs[-1]
     assert tokens and all(m.HasField("token") and not m.HasField("uncertainty") for m in tokens)
@@ -230,6 +231,24 @@ def test_generate_stream_with_uncertainty_sends_the_answer_then_the_result(env, 
     assert [g.text for g in u.generations] == [g.text for g in whole.uncertainty.generations]
     assert u.entropy == pytest.approx(whole.uncertainty.entropy, abs=1e-9)
     assert all(m.token.token_id == 0 for m in tokens) == (model == "big")  # the API gives no token ids
+    for m in tokens:  # the 3 most likely tokens at each step, the beam's own choice at or below the best
+        lps = [x.logprob for x in m.token.top_logprobs]
+        assert len(lps) == 3 and lps == sorted(lps, reverse=True) and m.token.logprob <= lps[0] + 1e-6
+
+
+def test_the_answer_is_handed_on_before_the_alternatives_are_generated(up):
+    """estimate's on_answer (what GenerateStream sends first) comes after the initial beam search and before any
+    other generation: the LM has been called once then; its tokens spell the answer."""
+    opts = U.Options(method="sdlg", n=3, max_new_tokens=5, num_beams=3, stop=(), top_logprobs=2)
+    lm = U.LM(up.model, up.tok, opts, up.engine.encode(PROMPT))
+    seen = []
+    e = U.estimate(up.model, up.tok, up.nli, PROMPT, QUESTION, opts, lm=lm,
+                   on_answer=lambda tokens: seen.append((lm.calls, tokens)))
+    (calls, tokens), = seen
+    assert calls == 1 and lm.calls == len(e.generations) > 1
+    assert "".join(t[1] for t in tokens) == e.answer and [t[0] for t in tokens] == e.generations[0].ids
+    assert sum(t[2] for t in tokens) == pytest.approx(e.generations[0].log_likelihood, abs=1e-4)
+    assert all(len(t[3]) == 2 for t in tokens)
 
 
 def test_bad_stream_input_names_the_field_and_a_server_refusing_logprobs_is_a_precondition(env):
