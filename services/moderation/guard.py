@@ -167,27 +167,6 @@ class LinearHeads:
         s = (phi @ self.sev_w.T).unsqueeze(-1) + self.sev_b
         return u, t, s
 
-    # Newton blocks: each block is an independent logistic model theta = [w ; b...].
-    def blocks(self) -> list[tuple[str, int]]:
-        return [("unsafe", 0)] + [("topic", t) for t in range(N_TOPICS)] + [("sev", t) for t in range(N_TOPICS)]
-
-    def get_block(self, name: str, t: int) -> np.ndarray:
-        if name == "unsafe":
-            return np.concatenate([self.unsafe_w[0].numpy(), self.unsafe_b.numpy()])
-        if name == "topic":
-            return np.concatenate([self.topic_w[t].numpy(), self.topic_b[t:t + 1].numpy()])
-        return np.concatenate([self.sev_w[t].numpy(), self.sev_b[t].numpy()])
-
-    def set_block(self, name: str, t: int, theta: np.ndarray) -> None:
-        d = self.unsafe_w.shape[1]
-        w, b = torch.from_numpy(theta[:d].copy()), torch.from_numpy(theta[d:].copy())
-        if name == "unsafe":
-            self.unsafe_w[0], self.unsafe_b[:] = w, b
-        elif name == "topic":
-            self.topic_w[t], self.topic_b[t] = w, b[0]
-        else:
-            self.sev_w[t], self.sev_b[t] = w, b
-
 
 def probabilities(u: torch.Tensor, t: torch.Tensor, s: torch.Tensor) -> dict[str, np.ndarray]:
     sev_ge = torch.cummin(torch.sigmoid(s), dim=-1).values
@@ -221,34 +200,6 @@ class Targets:
         return Targets(self.unsafe[idx], self.topic[idx], self.topic_known[idx], self.severity[idx])
 
 
-def _balanced(y: np.ndarray) -> np.ndarray:
-    """Per-row weights giving each class half of the block's weight (a topic is rare: ~5% of rows)."""
-    n_pos, n_neg = float(y.sum()), float(len(y) - y.sum())
-    if n_pos == 0 or n_neg == 0:
-        return np.full(len(y), 1.0 / max(len(y), 1))
-    return np.where(y > 0.5, 0.5 / n_pos, 0.5 / n_neg)
-
-
-def _block_problem(name: str, t: int, phi: np.ndarray, y: Targets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(X, y, w) of one Newton block: loss = sum_r w_r * BCE(X_r . theta, y_r) + l2/2 |theta|^2."""
-    n = phi.shape[0]
-    if name == "unsafe":
-        return np.concatenate([phi, np.ones((n, 1))], axis=1), y.unsafe, np.full(n, 1.0 / max(n, 1))
-    if name == "topic":
-        rows = np.flatnonzero(y.topic_known)
-        yy = y.topic[rows, t]
-        return np.concatenate([phi[rows], np.ones((len(rows), 1))], axis=1), yy, _balanced(yy)
-    rows = np.flatnonzero(y.severity[:, t] >= 0)
-    m = len(rows)
-    X = np.zeros((m * N_LEVELS, phi.shape[1] + N_LEVELS))
-    yy = np.zeros(m * N_LEVELS)
-    for k in range(N_LEVELS):
-        X[k * m:(k + 1) * m, :phi.shape[1]] = phi[rows]
-        X[k * m:(k + 1) * m, phi.shape[1] + k] = 1.0
-        yy[k * m:(k + 1) * m] = (y.severity[rows, t] >= k + 1)
-    return X, yy, np.full(m * N_LEVELS, 1.0 / max(m, 1))
-
-
 def _logistic_obj(theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor, l2: float) -> float:
     z = X @ theta
     return float(w @ (torch.nn.functional.softplus(z) - y * z) + 0.5 * l2 * theta @ theta)
@@ -277,47 +228,40 @@ def newton_block_step(theta: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.nda
     return theta, gnorm
 
 
+def heads_problem(heads: LinearHeads, l2: float):
+    """The heads' objective as written once, over one flat parameter vector (services/moderation/heads.py, the
+    model adapter the unlearning service certifies deletions with): (problem, theta)."""
+    from services.moderation.heads import GuardHeadsProblem
+
+    problem = GuardHeadsProblem(mu=float(l2), dim=int(heads.unsafe_w.shape[1]))
+    return problem, problem.flatten({k: getattr(heads, k) for k in LinearHeads.NAMES})
+
+
 def newton_step(heads: LinearHeads, phi: np.ndarray, y: Targets, l2: float) -> tuple[LinearHeads, float]:
-    """One Newton iteration on every block of `frozen_linear_objective`. Returns (new heads, max |grad| before)."""
-    out = heads.clone()
-    gmax = 0.0
-    for name, t in heads.blocks():
-        X, yy, w = _block_problem(name, t, phi, y)
-        if len(yy) == 0:
-            continue  # no labels for this block: keep its initial (prior) values
-        theta, g = newton_block_step(heads.get_block(name, t), X, yy, w, l2)
-        out.set_block(name, t, theta)
+    """One Newton iteration on every block of the heads' objective (heads.GuardHeadsProblem's blocks: each an
+    independent weighted logistic model with its biases; a block with no rows keeps its initial values).
+    Returns (new heads, max |grad| before)."""
+    from services.moderation.heads import label_tensor
+
+    problem, theta = heads_problem(heads, l2)
+    X = torch.from_numpy(np.ascontiguousarray(phi, dtype=np.float64))
+    out, gmax = theta.clone(), 0.0
+    for idx, A, w, yy in problem.block_systems(theta, X, label_tensor(y)):
+        if A is None:
+            continue
+        block, g = newton_block_step(theta[idx].numpy(), A.numpy(), yy.numpy(), w.numpy(), l2)
+        out[idx] = torch.from_numpy(block)
         gmax = max(gmax, g)
-    return out, gmax
+    return LinearHeads.from_tensors(problem.to_tensors(out)), gmax
 
 
 def frozen_linear_objective(heads: LinearHeads, phi: torch.Tensor, y: Targets, l2: float) -> torch.Tensor:
-    """The exact objective the frozen_linear heads minimise (differentiable in the head tensors):
+    """The exact objective the frozen_linear heads minimise, differentiable in the head tensors: heads.py's
+    GuardHeadsProblem (written once there; its docstring states J block by block)."""
+    from services.moderation.heads import label_tensor
 
-        J = sum over blocks B of [ mean_{rows of B} loss_B + l2/2 * |theta_B|^2 ]
-        unsafe block:        rows = all,                    loss = BCE(unsafe logit, unsafe)
-        topic block t:       rows = rows with known topics, loss = BCE(topic logit t, t in topics), class-balanced:
-                             positives and negatives each carry half the weight (mean within each class, / 2)
-        severity block t:    rows with a severity for t,    loss = sum_k BCE(sev logit t,k, severity_t >= k)
-    theta_B includes the block's biases. Blocks with no rows contribute nothing (their params stay at init)."""
-    u, tl, s = heads.logits(phi)
-    bce = torch.nn.functional.binary_cross_entropy_with_logits
-    J = bce(u, torch.from_numpy(y.unsafe), reduction="mean") + 0.5 * l2 * (
-        heads.unsafe_w.pow(2).sum() + heads.unsafe_b.pow(2).sum())
-    known = torch.from_numpy(y.topic_known)
-    for t in range(N_TOPICS):
-        if known.any():
-            yt = torch.from_numpy(y.topic[:, t])[known]
-            wt = torch.from_numpy(_balanced(yt.numpy()))
-            J = J + (wt * bce(tl[known, t], yt, reduction="none")).sum()
-            J = J + 0.5 * l2 * (heads.topic_w[t].pow(2).sum() + heads.topic_b[t].pow(2))
-        rows = torch.from_numpy(y.severity[:, t] >= 0)
-        if rows.any():
-            lvl = torch.from_numpy(y.severity[:, t])[rows]
-            tgt = (lvl[:, None] >= torch.arange(1, N_LEVELS + 1)[None]).to(torch.float64)
-            J = J + bce(s[rows, t], tgt, reduction="sum") / rows.sum()
-            J = J + 0.5 * l2 * (heads.sev_w[t].pow(2).sum() + heads.sev_b[t].pow(2).sum())
-    return J
+    problem, theta = heads_problem(heads, l2)
+    return problem.loss(theta, torch.as_tensor(phi, dtype=torch.float64), label_tensor(y))
 
 
 def fit_frozen_linear(phi: np.ndarray, y: Targets, l2: float, *, max_iter: int = 50, tol: float = 1e-8,

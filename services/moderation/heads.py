@@ -4,11 +4,9 @@ services.catalog.model_adapter(config) finds it from a version's config. Written
 trains the heads: which versions are such heads, their training rows and record ids (as the trainer split them),
 their labels and frozen features, the decision defaults, and the objective over one flat parameter vector.
 
-The objective ("guard_frozen_linear"): the exact regularised objective the guard trains (guard.py,
-`frozen_linear_objective`) over the frozen MiniLM features phi, written over one flat parameter vector so that a
-certified noisy minimizer applies to it.
-the guard trains (services/moderation/guard.py, `frozen_linear_objective`) over the frozen MiniLM features phi,
-written over one flat parameter vector so that the certified noisy minimizer (certified.py) applies to it.
+The objective ("guard_frozen_linear"), written once, here: the exact regularised objective the guard's trainer
+minimises (guard.py's newton_step solves these blocks; `frozen_linear_objective` is this loss) over the frozen
+MiniLM features phi, over one flat parameter vector so that a certified noisy minimizer applies to it.
 
     J(theta) = sum over the 23 blocks B of [ loss_B(theta_B) + l2/2 |theta_B|^2 ]
     unsafe block        all rows, mean BCE(phi . w + b, unsafe)
@@ -20,10 +18,9 @@ Flat order: unsafe_w [1, D], unsafe_b [1], topic_w [11, D], topic_b [11], sev_w 
 guard's tensor names, prefixed "heads.").
 
 Strong convexity: every block with rows carries l2/2 |theta_B|^2, so J is l2-strongly convex (mu = l2) when
-l2 > 0. A block with no rows has no term in the guard's objective and its parameters stay at their initial
-values (zeros; the severity prior for sev_b); here such a block gets the proximal term l2/2 |theta_B - init_B|^2
-instead, which has the same minimizer (the initial values) and keeps J l2-strongly convex in every parameter.
-That is the one change to the guard's objective, and it does not move its minimizer.
+l2 > 0. A block with no rows has no data term; its parameters stay at their initial values (zeros; the severity
+prior for sev_b): the trainer leaves them there, and J gives them the proximal term l2/2 |theta_B - init_B|^2, which
+has that minimizer and keeps J l2-strongly convex in every parameter.
 Heads that cannot be strongly convex as trained are refused (FAILED_PRECONDITION): every head when l2 <= 0, and
 every head of a "finetune" guard (its top encoder layers were trained with the heads, so phi itself depends on
 the data and the objective is not convex).
@@ -211,8 +208,12 @@ class GuardHeadsProblem:
         sw = torch.where(sev_rows, sw, sw0)
         return 0.5 * self.mu * (reg + tw.sum() + sw.sum())
 
+    def loss(self, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+        """J(theta), differentiable in theta."""
+        return self._terms(theta, X, Y).sum() + self._regulariser(theta, Y)
+
     def objective(self, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> float:
-        return float(self._terms(theta, X, Y).sum() + self._regulariser(theta, Y))
+        return float(self.loss(theta, X, Y))
 
     def per_example_loss(self, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
         """Unweighted loss of each row (unsafe BCE + its known topics' BCE + its severity levels' BCE): the
@@ -230,7 +231,7 @@ class GuardHeadsProblem:
 
     def gradient(self, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
         th = theta.detach().to(DTYPE).clone().requires_grad_(True)
-        J = self._terms(th, X, Y).sum() + self._regulariser(th, Y)
+        J = self.loss(th, X, Y)
         (g,) = torch.autograd.grad(J, th)
         return g
 
@@ -243,7 +244,7 @@ class GuardHeadsProblem:
         return {"loss": float(self.per_example_loss(theta, X, Y).mean()), "unsafe_accuracy": acc}
 
     # ---- Newton ---------------------------------------------------------------------------------
-    def _block_systems(self, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor):
+    def block_systems(self, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor):
         """For every block: (flat parameter indices, design A [m, p], row weights w [m], targets y [m],
         proximal centre or None)."""
         n, d = X.shape
@@ -303,8 +304,12 @@ def labels(rows: list) -> torch.Tensor:
     """The rows' labels as one tensor Y [n, 24] (see the layout above)."""
     from services.moderation.guard import Targets
 
-    t = Targets.from_examples(rows)
-    n = len(rows)
+    return label_tensor(Targets.from_examples(rows))
+
+
+def label_tensor(t) -> torch.Tensor:
+    """guard.Targets as one tensor Y [n, 24]."""
+    n = len(t.unsafe)
     Y = torch.zeros(n, LABEL_DIM, dtype=DTYPE)
     if n:
         Y[:, 0] = torch.from_numpy(t.unsafe)

@@ -24,7 +24,7 @@ def newton_to_radius(problem, X: torch.Tensor, Y: torch.Tensor, theta0: torch.Te
     X, Y = problem.check_data(X, Y)
     tol = problem.mu * radius
     st = state if state is not None else GDState(theta=theta0.to(DTYPE).clone())
-    systems = problem._block_systems(st.theta, X, Y)
+    systems = problem.block_systems(st.theta, X, Y)
     rows = sum(0 if A is None else A.shape[0] for _, A, _, _ in systems)
     stop = None if max_iters is None else st.step + max_iters
     finished = True
