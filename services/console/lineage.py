@@ -5,6 +5,7 @@ there is no crossing minimisation: lineages here are short chains and small tree
 from __future__ import annotations
 
 from html import escape
+from urllib.parse import quote
 
 BOX_W, BOX_H, COL_W, ROW_H, PAD = 230, 50, 480, 86, 20  # the gap between columns holds an edge's label
 
@@ -47,7 +48,7 @@ def lineage_svg(versions: list, datasets: list, records: list) -> str:
             edges.append(_edge(pos[f"ds:{v.dataset_artifact_id}"], (x, y), "trained on", "", "dataset"))
         aliases = f" @{', @'.join(v.aliases)}" if v.aliases else ""
         boxes.append(_box((x, y), f"{v.name} v{v.version}", f"{v.kind}{aliases}",
-                          f"/models/{v.name}#v{v.version}", "version", f"version-{v.name}-{v.version}"))
+                          f"/models/{quote(v.name)}#v{v.version}", "version", f"version-{v.name}-{v.version}"))
     for d in datasets:
         boxes.append(_box(pos[f"ds:{d.id}"], d.name or d.id[:8], f"dataset {d.id[:8]}", f"/artifacts/{d.id}",
                           "dataset", f"dataset-{d.id}"))
