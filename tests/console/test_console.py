@@ -229,6 +229,8 @@ def test_a_jobs_progress_bar_moves_to_done(env, page, selftest_job):
     rows = page.locator("table.events tbody tr")
     assert rows.count() >= 9  # RUNNING, 8 steps, SUCCEEDED (as they streamed in)
     assert "SUCCEEDED" in rows.last.inner_text()
+    assert not page.locator(".while-live").is_visible() and page.locator(".when-ended").is_visible()  # no cancel
+    assert page.locator(f'.ended[data-job="{selftest_job.id}"]').inner_text().strip() not in ("", "-")
     _shot(page, "04-job-done")
 
     # after a reload, the page is rendered from the finished job: events, result, artifacts with a download link

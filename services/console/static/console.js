@@ -1,6 +1,7 @@
 // Live job progress: every element marked data-live (a running job's row, or a job page) is followed over one
 // server-sent-events connection (/watch merges the jobs' WatchJob streams). Each event updates the job's progress
-// bar, percentage, state and message, and on a job page adds a row to its event log. Events already shown (a
+// bar, percentage, state and message, and on a job page adds a row to its event log, fills the start and end times
+// and, once the job has ended, hides its cancel button and offers a reload for the result. Events already shown (a
 // reconnect replays from the start) are skipped by their sequence number.
 "use strict";
 
@@ -42,8 +43,14 @@ function show(e) {
       row.insertCell().textContent = String(text);
     });
   });
+  if (e.state === "RUNNING") {
+    each(".started", e.job_id, (el) => { if (el.textContent.trim() === "-") el.textContent = e.time; });
+  }
   if (TERMINAL.has(e.state)) {
     each("[data-live]", e.job_id, (el) => { delete el.dataset.live; el.dataset.ended = e.state; });
+    each(".ended", e.job_id, (el) => { el.textContent = e.time; });
+    each(".while-live", e.job_id, (el) => { el.hidden = true; });  // no cancelling an ended job
+    each(".when-ended", e.job_id, (el) => { el.hidden = false; });
   }
 }
 
