@@ -461,7 +461,11 @@ class GenerationServicer(generation_pb2_grpc.GenerationServiceServicer):
         return e, loaded, nli, len(ids)
 
     async def _generate_uncertain(self, request, context):
-        e, loaded, nli, prompt_tokens = await self._uncertain(request)
+        stop = threading.Event()
+        try:
+            e, loaded, nli, prompt_tokens = await self._uncertain(request, stop=stop)
+        finally:
+            stop.set()  # a caller gone or past its deadline cancels this: a remote estimate stops asking the server
         return pb.GenerateResponse(text=e.answer, finish_reason=pb.FINISH_REASON_STOP, model=loaded.info,
                                    usage=pb.Usage(prompt_tokens=prompt_tokens,
                                                   completion_tokens=e.generations[0].n_tokens),
