@@ -41,6 +41,7 @@ class JobContext(Protocol):
     tenant_id: str
     kind: str
     params: Any  # the typed object of the kind's params model (validated at submit); a dict for a kind without one
+    settings: Any  # the worker process's Settings, every service's section included (services.catalog.settings())
 
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         """Record progress in [0, 1] with optional scalar metrics (job_events row + NOTIFY)."""
@@ -145,6 +146,12 @@ def run_steps(ctx: JobContext, job: Steps, *, checkpoint_every: int = 1,
     return job.result(ctx)
 
 
+def _process_settings() -> Any:
+    from services import catalog
+
+    return catalog.settings()
+
+
 @dataclass
 class InMemoryJobContext:
     """Runs job code in-process for unit tests: same contract, dictionaries instead of services."""
@@ -162,6 +169,7 @@ class InMemoryJobContext:
     checkpoints_saved: int = 0
     tombstones: dict[str, set[str]] = field(default_factory=dict)
     children: dict[str, dict[str, Any]] = field(default_factory=dict)  # child key -> outcome (wait_for_children)
+    settings: Any = field(default_factory=_process_settings)  # as a worker's: from PRAXON_* variables
 
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         self.events.append((float(fraction), message, dict(metrics)))

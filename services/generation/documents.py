@@ -318,7 +318,6 @@ def run_index(ctx) -> dict:
     """generation.index: chunk and embed the documents this job stored (rag_documents.job_id = the job), in
     external_id order, one transaction each; the checkpoint is the last external_id done, so a redelivered job
     resumes after it. A document deleted or re-submitted by a later job meanwhile is skipped."""
-    from services import catalog
     from services.common import db
     from services.common.params import parse_params
     from services.generation.params import IndexParams
@@ -331,7 +330,7 @@ def run_index(ctx) -> dict:
     enc = embedder()
     totals = {"documents": int(state.get("documents", 0)), "skipped": int(state.get("skipped", 0)),
               "chunks": int(state.get("chunks", 0))}
-    with db.connect(catalog.settings()) as conn:
+    with db.connect(ctx.settings) as conn:
         rows = conn.execute("SELECT id, external_id FROM rag_documents WHERE job_id = %s AND tenant_id = %s "
                             "AND collection_id = %s AND external_id > %s ORDER BY external_id",
                             (ctx.job_id, ctx.tenant_id, p.collection_id, last)).fetchall()

@@ -17,12 +17,12 @@ from services.common.params import parse_params
 from services.generation.params import ImportParams, TrainParams
 
 
-def _import_roots() -> list[Path]:
-    from services import catalog
+def import_roots(ctx: JobContext) -> list[Path]:
+    """The folders a local import may read (settings.generation.import_roots of the worker)."""
     from services.common.spec import service_settings
     from services.generation.settings import GenerationConfig
 
-    cfg = service_settings(catalog.settings(), "generation", GenerationConfig)
+    cfg = service_settings(ctx.settings, "generation", GenerationConfig)
     return [Path(r).resolve() for r in cfg.import_roots]
 
 
@@ -43,7 +43,7 @@ def run_import(ctx: JobContext) -> dict:
     ctx.progress(0.05, "reading the model")
     if p.path is not None:
         field, source = "params.path", f"path:{os.path.basename(p.path.rstrip('/'))}"
-        local = check_local_path(p.path, _import_roots())
+        local = check_local_path(p.path, import_roots(ctx))
         if local.is_file():
             with open(local, "rb") as f:
                 if not hf.is_gguf(f.read(4)):

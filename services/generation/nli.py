@@ -452,14 +452,14 @@ def run_import(ctx) -> dict:
     import roots, or an uploaded archive) -> one registry version, loaded once before it is registered."""
     from services.common import hf
     from services.common.params import parse_params
-    from services.generation.jobs import _import_roots, check_local_path
+    from services.generation.jobs import check_local_path, import_roots
     from services.generation.params import NLIImportParams
 
     p = parse_params(NLIImportParams, ctx.params, prefix="params.")
     ctx.progress(0.05, "reading the model")
     if p.path is not None:
         field = "params.path"
-        files = hf.read_directory(check_local_path(p.path, _import_roots()), field)
+        files = hf.read_directory(check_local_path(p.path, import_roots(ctx)), field)
     else:
         field = "params.artifact_id"
         files = hf.read_archive(ctx.read_artifact(p.artifact_id), field)

@@ -112,11 +112,10 @@ def connect(ctx: JobContext, build) -> GenerationClient:
     """A GenerationClient for this job: the address from settings.moderation.generation_address (or this
     platform's), the token from settings.moderation.generation_token or minted for the job's tenant (revoked when
     the client closes). `build(address, token, timeout_s)` makes the client."""
-    from services import catalog
     from services.common.spec import service_settings
     from services.moderation.settings import ServingConfig
 
-    settings = catalog.settings()
+    settings = ctx.settings
     cfg = service_settings(settings, "moderation", ServingConfig)
     address = cfg.generation_address or f"{settings.grpc.host}:{settings.grpc.port}"
     token_id = None
