@@ -8,7 +8,7 @@ import threading
 from celery import Celery
 
 from services import catalog
-from services.common.errors import transient
+from services.common.store import transient
 from services.common.queue import RUN_JOB_TASK, make_celery
 from services.common.settings import Settings
 from workers import runtime

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
 from services import catalog
-from services.common.errors import Cancelled, FailedPrecondition, PraxonError, ResourceExhausted, transient
+from services.common.errors import Cancelled, FailedPrecondition, PraxonError, ResourceExhausted
+from services.common.store import transient
 from services.common.jobcontext import CHILD_POLL_SECONDS, ChildJobsPending, ModelVersionInfo
 from services.common.spec import JobKind, resolve
 from services.common.jobs import TERMINAL, LeaseLost, typed_params
@@ -52,6 +53,7 @@ class WorkerJobContext:
         self.tenant_id = str(job["tenant_id"])
         self.kind = job["kind"]
         self.params = dict(job["params"])
+        self.settings = rt.settings
         self.owner = owner
         self.lease_lost = False
         self.cancel_requested = bool(job["cancel_requested"])

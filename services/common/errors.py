@@ -89,12 +89,3 @@ class IntegrityError(PraxonError):
     """Stored bytes do not match their recorded sha256."""
 
     reason = "ARTIFACT_CORRUPTED"
-
-
-def transient(exc: BaseException) -> bool:
-    """The database or the object store failed in a way that retrying fixes: a restart, a dropped connection, a
-    serialization conflict, an S3 server still starting up. Jobs re-queue on these and services answer UNAVAILABLE."""
-    from services.common.db import TRANSIENT_DB_ERRORS  # here, not at the top: db and store import this module
-    from services.common.store import store_error_is_transient
-
-    return isinstance(exc, TRANSIENT_DB_ERRORS) or store_error_is_transient(exc)

@@ -13,6 +13,7 @@ import urllib3
 from minio import Minio
 from minio.error import S3Error, ServerError
 
+from services.common.db import TRANSIENT_DB_ERRORS
 from services.common.errors import IntegrityError, NotFound
 from services.common.settings import Settings
 
@@ -30,6 +31,12 @@ def store_error_is_transient(exc: BaseException) -> bool:
     if isinstance(exc, S3Error):
         return exc.code in TRANSIENT_S3_CODES
     return isinstance(exc, TRANSIENT_STORE_ERRORS)
+
+
+def transient(exc: BaseException) -> bool:
+    """The database or the object store failed in a way that retrying fixes: a restart, a dropped connection, a
+    serialization conflict, an S3 server still starting up. Jobs re-queue on these and services answer UNAVAILABLE."""
+    return isinstance(exc, TRANSIENT_DB_ERRORS) or store_error_is_transient(exc)
 
 
 def retry(fn: Callable[[], T], *, what: str, attempts: int = 8, base_delay: float = 0.25,

@@ -302,3 +302,19 @@ def retrain_certified(problem: LinearProblem, X_retain: torch.Tensor, y_retain: 
     """The gold standard: the same procedure on the retain set, from scratch."""
     return train_certified(problem, X_retain, y_retain, radius=radius, epsilon=epsilon, delta=delta,
                            max_steps=max_steps, unit_noise=unit_noise)
+
+
+DEFAULT_EPSILON, DEFAULT_DELTA = 1.0, 1e-5  # a certified job's privacy budget unless the request or model sets one
+
+
+def privacy_budget(epsilon: float | None, delta: float | None, config: dict | None = None) -> tuple[float, float]:
+    """(epsilon, delta) of a request: the request's, else the model's, else the defaults; the values come from
+    the typed params (already validated) or a model config (validated here)."""
+    cfg = config or {}
+    eps = float(epsilon if epsilon is not None else cfg.get("epsilon", DEFAULT_EPSILON))
+    dl = float(delta if delta is not None else cfg.get("delta", DEFAULT_DELTA))
+    if not (math.isfinite(eps) and eps > 0):
+        raise InvalidArgument("epsilon", "must be > 0")
+    if not 0 < dl < 1:
+        raise InvalidArgument("delta", "must be in (0, 1)")
+    return eps, dl

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
@@ -21,6 +22,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from services.common.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from services.common.jobcontext import JobContext
 
 DATASET_CONTENT_TYPE = "application/vnd.praxon.dataset+safetensors"
 
@@ -145,3 +149,11 @@ def decode_forget_set(blob: bytes, *, field_name: str = "forget_set_artifact_id"
     if not isinstance(obj, list):
         raise InvalidArgument(field_name, "expected a JSON list of record ids or {\"record_ids\": [...]}")
     return parse_forget_ids(obj, field_name=field_name)
+
+
+def read_dataset(ctx: JobContext, artifact_id: str, field: str = "dataset_artifact_id") -> tuple[Dataset, list[str]]:
+    """THE dataset reader of the unlearning jobs (every job reads data through it): decodes the artifact and
+    drops every record a succeeded unlearning job tombstoned (ctx.forgotten_records), so deleted data never
+    comes back into training, unlearning or audits. Returns the dataset and the ids it dropped."""
+    ds = decode_dataset(ctx.read_artifact(artifact_id), field_name=field)
+    return ds.without(ctx.forgotten_records(artifact_id))

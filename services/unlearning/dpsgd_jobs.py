@@ -21,6 +21,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import params_json
 from services.unlearning import dpsgd
+from services.unlearning.data import read_dataset
 from services.unlearning.params import AuditParams, DpSgdParams, TrainParams
 
 REPORT_CONTENT_TYPE = "application/json"
@@ -78,7 +79,6 @@ class DpSgdTraining:
 
 
 def run_dpsgd_training(ctx: JobContext, p: TrainParams) -> dict[str, Any]:
-    from services.unlearning.jobs import _load_dataset, read_dataset
 
     dp = p.dpsgd or DpSgdParams()
     cfg = config_of(dp, p.delta)
@@ -100,7 +100,7 @@ def run_dpsgd_training(ctx: JobContext, p: TrainParams) -> dict[str, Any]:
     logits = ds.X.to(dpsgd.DTYPE) @ res.weight.T + res.bias
     metrics = {"train_accuracy": float((logits.argmax(1) == y).float().mean())}
     if p.eval_dataset_artifact_id:
-        ev = _load_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")
+        ev = read_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")[0]
         le = ev.X.to(dpsgd.DTYPE) @ res.weight.T + res.bias
         metrics["eval_accuracy"] = float((le.argmax(1) == ev.y.to(torch.int64)).float().mean())
     guarantee = {"kind": "dp_training", "epsilon": eps, "delta": p.delta, "mechanism": MECHANISM,
@@ -165,7 +165,6 @@ class CanaryAuditSteps:
 
 
 def run_canary_audit(ctx: JobContext, p: AuditParams) -> dict[str, Any]:
-    from services.unlearning.jobs import read_dataset
 
     tensors, config = ctx.load_model(p.model_version_id)
     if config.get("kind") != "dpsgd_softmax" or not config.get("dpsgd"):

@@ -24,7 +24,7 @@ from services.common.jobcontext import JobContext, run_steps
 from services.common.state import loads_state
 from services.unlearning import audit, certified
 from services.unlearning.newton import DTYPE, newton_to_radius
-from services.unlearning.params import UnlearnParams
+from services.unlearning.params import UnlearnParams, fingerprint
 
 GUARD_METHODS = ("certified_noisy_minimizer", "retrain")
 
@@ -107,9 +107,8 @@ def run_guard_unlearning(ctx: JobContext, p: UnlearnParams, tensors: dict, confi
     if not ds_id:
         raise FailedPrecondition("the guard was trained on the packaged seed set (no dataset artifact in its "
                                  "lineage): records cannot be named", reason="NO_DATASET_LINEAGE")
-    from services.unlearning.jobs import _privacy, fingerprint
 
-    eps, delta = _privacy(p.epsilon, p.delta, config if config.get("certificate") else None)
+    eps, delta = certified.privacy_budget(p.epsilon, p.delta, config if config.get("certificate") else None)
     r = p.r if p.r is not None else float(config.get("r", 1e-3))
     rows, ids, val_rows = adapter.records(ctx.read_artifact(ds_id), config)
     forgotten = ctx.forgotten_records(ds_id)

@@ -30,7 +30,6 @@ is built in); config "feature_dim", "num_classes", "dataset_artifact_id".
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -40,13 +39,13 @@ import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
-from services.common.params import params_json, parse_params
+from services.common.params import parse_params
 from services.common.state import dumps_state, loads_state
 from services.unlearning import approximate, audit, certified, guard_jobs, robust
-from services.unlearning.data import Dataset, decode_dataset, decode_forget_set, parse_forget_ids
+from services.unlearning.data import Dataset, decode_forget_set, parse_forget_ids, read_dataset
 from services.unlearning.linear import (DTYPE, LinearProblem, canonical_kind, is_convex_kind,
                                        problem_from_config)
-from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, require_mu
+from services.unlearning.params import FIELD_PATHS, AuditParams, TrainParams, UnlearnParams, fingerprint, require_mu
 
 CERTIFIED_METHODS = ("certified_noisy_minimizer", "robust_certified")
 # flat and npo unlearn causal language models only (llm_jobs.py; gradient_ascent serves both)
@@ -54,36 +53,11 @@ METHODS = CERTIFIED_METHODS + approximate.METHODS + ("flat", "npo")
 STATE_CONTENT_TYPE = "application/vnd.praxon.unlearning-state+safetensors"
 REPORT_CONTENT_TYPE = "application/json"
 
-DEFAULTS = {"r": 1e-3, "epsilon": 1.0, "delta": 1e-5, "max_steps": 100_000, "checkpoint_every": 50,
+DEFAULTS = {"r": 1e-3, "epsilon": certified.DEFAULT_EPSILON, "delta": certified.DEFAULT_DELTA, "max_steps": 100_000, "checkpoint_every": 50,
             "robust_max_steps": 1000, "robust_noise_std": 0.0}
 
 
 # ---- parameters ------------------------------------------------------------------------------------------
-def _privacy(epsilon: float | None, delta: float | None, config: dict | None = None) -> tuple[float, float]:
-    """(epsilon, delta) of a request: the request's, else the model's, else the defaults; the values come from
-    the typed params (already validated) or a model config (validated here)."""
-    cfg = config or {}
-    eps = float(epsilon if epsilon is not None else cfg.get("epsilon", DEFAULTS["epsilon"]))
-    dl = float(delta if delta is not None else cfg.get("delta", DEFAULTS["delta"]))
-    if not (math.isfinite(eps) and eps > 0):
-        raise InvalidArgument("epsilon", "must be > 0")
-    if not 0 < dl < 1:
-        raise InvalidArgument("delta", "must be in (0, 1)")
-    return eps, dl
-
-
-def read_dataset(ctx: JobContext, artifact_id: str, field: str = "dataset_artifact_id") -> tuple[Dataset, list[str]]:
-    """THE dataset reader of the unlearning jobs (every job reads data through it): decodes the artifact and
-    drops every record a succeeded unlearning job tombstoned (ctx.forgotten_records), so deleted data never
-    comes back into training, unlearning or audits. Returns the dataset and the ids it dropped."""
-    ds = decode_dataset(ctx.read_artifact(artifact_id), field_name=field)
-    return ds.without(ctx.forgotten_records(artifact_id))
-
-
-def _load_dataset(ctx: JobContext, artifact_id: str, field: str) -> Dataset:
-    return read_dataset(ctx, artifact_id, field)[0]
-
-
 def check_forget_request(method: str, config: dict, forget_ids: list[str], forgotten: set[str],
                          dataset_ids: set[str] | dict | None = None) -> None:
     """The checks of an unlearning request that need no descent: run by the service at request time (so bad
@@ -148,13 +122,6 @@ def _forget_ids(ctx: JobContext, p: UnlearnParams) -> list[str]:
     if p.forget_set_artifact_id:
         return decode_forget_set(ctx.read_artifact(p.forget_set_artifact_id))
     raise InvalidArgument("forget_record_ids", "name the records to forget (or forget_set_artifact_id)")
-
-
-def fingerprint(ctx: JobContext, job: str) -> str:
-    """What a checkpoint is valid for (run_steps' fingerprint): this job and these params. A state saved for other
-    params (or another job) is never resumed into this request."""
-    key = hashlib.sha256(json.dumps(params_json(ctx.params), sort_keys=True, default=str).encode()).hexdigest()
-    return f"{job}:{key}"
 
 
 def _write_state(ctx: JobContext, theta_start: torch.Tensor, theta_private: torch.Tensor) -> str:
@@ -280,7 +247,7 @@ def run_training(ctx: JobContext) -> dict:
         return llm_jobs.run_qa_finetune(ctx, tp, report_of=_report, fingerprint=fingerprint(ctx, "train"))
     kind = canonical_kind(tp.kind)
     mu = require_mu(tp)
-    r, (eps, delta), capacity = tp.r, _privacy(tp.epsilon, tp.delta), tp.capacity
+    r, (eps, delta), capacity = tp.r, certified.privacy_budget(tp.epsilon, tp.delta), tp.capacity
     ds_id = tp.dataset_artifact_id
     ds, dropped = read_dataset(ctx, ds_id, "dataset_artifact_id")
     if len(ds) == 0:
@@ -305,7 +272,7 @@ def run_training(ctx: JobContext) -> dict:
     cert = out.certificate.to_dict()
     metrics = {f"train_{k}": v for k, v in problem.utility(out.theta_published, X, y).items()}
     if tp.eval_dataset_artifact_id:
-        ev = _load_dataset(ctx, tp.eval_dataset_artifact_id, "eval_dataset_artifact_id")
+        ev = read_dataset(ctx, tp.eval_dataset_artifact_id, "eval_dataset_artifact_id")[0]
         metrics.update({f"eval_{k}": v for k, v in problem.utility(out.theta_published, ev.X, ev.y).items()})
     config = {"kind": kind, "name": name, "mu": mu, "r": r, "epsilon": eps, "delta": delta,
               "sigma": out.certificate.sigma, "feature_dim": problem.dim, "num_classes": problem.num_outputs,
@@ -382,9 +349,9 @@ def run_unlearning(ctx: JobContext) -> dict:
     convex = is_convex_kind(kind)
     check_forget_request(method, config, [], set())
     if method in CERTIFIED_METHODS or (convex and method == "retrain"):
-        eps, delta = _privacy(p.epsilon, p.delta, config)
+        eps, delta = certified.privacy_budget(p.epsilon, p.delta, config)
     elif eps_in != (None, None):
-        eps, delta = _privacy(p.epsilon, p.delta, config)  # validated even where they do not apply
+        eps, delta = certified.privacy_budget(p.epsilon, p.delta, config)  # validated even where they do not apply
     ds_id = p.dataset_artifact_id or config.get("dataset_artifact_id")
     if not ds_id:
         raise InvalidArgument("dataset_artifact_id", "the model config names no training data: pass it")
@@ -397,7 +364,7 @@ def run_unlearning(ctx: JobContext) -> dict:
         raise InvalidArgument("forget_record_ids", "nothing would be left to train on")
     heldout = None
     if p.eval_dataset_artifact_id:
-        ev = _load_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")
+        ev = read_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")[0]
         heldout = (ev.X, ev.y)
     name = p.name or str(config.get("name") or "unlearning-model")
     # everything this lineage no longer holds: earlier exclusions, records tombstoned since, this request
@@ -691,7 +658,7 @@ def run_audit(ctx: JobContext) -> dict:
     result["utility"] = {"unlearned": problem.utility(theta_pub, X[retain_mask], y[retain_mask]),
                          "retrained": problem.utility(ref_pub, X[retain_mask], y[retain_mask])}
     if p.eval_dataset_artifact_id:
-        ev = _load_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")
+        ev = read_dataset(ctx, p.eval_dataset_artifact_id, "eval_dataset_artifact_id")[0]
         Xh, yh = problem.check_data(ev.X, ev.y, "eval_dataset_artifact_id")
         u, rt = problem.utility(theta_pub, Xh, yh), problem.utility(ref_pub, Xh, yh)
         result["utility"].update({"eval_unlearned": u, "eval_retrained": rt, "eval_gap": audit.utility_gap(u, rt)})

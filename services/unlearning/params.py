@@ -12,11 +12,16 @@ the caller sent (the one exception, `lr`, is the request's `learning_rate`: see 
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import hashlib
+import json
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from services.common.params import JobParams, ModelName
+from services.common.params import JobParams, ModelName, params_json
+
+if TYPE_CHECKING:
+    from services.common.jobcontext import JobContext
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -170,3 +175,10 @@ def require_mu(p: TrainParams) -> float:
         raise InvalidArgument("mu", "required for kind " + p.kind + " (> 0: the L2 regularisation makes the loss "
                                     "strongly convex)")
     return p.mu
+
+
+def fingerprint(ctx: JobContext, job: str) -> str:
+    """What a checkpoint is valid for (run_steps' fingerprint): this job and these params. A state saved for other
+    params (or another job) is never resumed into this request."""
+    key = hashlib.sha256(json.dumps(params_json(ctx.params), sort_keys=True, default=str).encode()).hexdigest()
+    return f"{job}:{key}"

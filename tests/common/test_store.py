@@ -9,7 +9,8 @@ import pytest
 import urllib3
 from minio.error import S3Error
 
-from services.common.errors import IntegrityError, transient
+from services.common.errors import IntegrityError
+from services.common.store import transient
 from services.common.store import ArtifactStore, blob_key, retry
 from tests import harness
 

@@ -21,7 +21,7 @@ from praxon.unlearning.v1 import unlearning_pb2_grpc
 from services.common import db
 from services.unlearning import approximate
 from services.unlearning.data import DATASET_CONTENT_TYPE, encode_dataset
-from services.unlearning.jobs import read_dataset
+from services.unlearning.data import read_dataset
 from services.unlearning.synthetic import blobs
 from tests import harness
 from tests.harness import auth, job_row, rpc_error_details, wait_for

@@ -1,11 +1,11 @@
 """Deleted data never comes back (domain level, InMemoryJobContext): every unlearning job reads data through
-jobs.read_dataset, which drops the dataset's tombstones; request checks shared by the service and the job."""
+data.read_dataset, which drops the dataset's tombstones; request checks shared by the service and the job."""
 import hashlib
 
 import pytest
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.unlearning import jobs
+from services.unlearning import data, jobs
 
 from .helpers import ctx_with_data
 
@@ -25,7 +25,7 @@ def forgotten():
 def test_unlearning_tombstones_and_every_later_reader_drops_them(forgotten):
     ctx, ds, ev, ids, v1, v2 = forgotten
     assert ctx.forgotten_records(ds) == set(ids[:10])
-    read, dropped = jobs.read_dataset(ctx, ds)
+    read, dropped = data.read_dataset(ctx, ds)
     assert dropped == ids[:10] and read.record_ids == ids[10:] and len(read) == read.X.shape[0] == 290
     # retraining on the same dataset: the job's reader yields exactly the remaining records
     ctx.params = dict(TRAIN, dataset_artifact_id=ds, name="retrained")

@@ -9,7 +9,8 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from services.common.errors import (AlreadyExists, Cancelled, FailedPrecondition, InvalidArgument, NotFound,
-                                    PraxonError, ResourceExhausted, Unauthenticated, Unavailable, transient)
+                                    PraxonError, ResourceExhausted, Unauthenticated, Unavailable)
+from services.common.store import transient
 
 DOMAIN = "praxon.dev"
 _CODES: list[tuple[type[PraxonError], grpc.StatusCode]] = [
