@@ -279,6 +279,14 @@ def beam_search(opts: Options, ends, prefix: Sequence[int], prefix_logp: float, 
     return [*prefix, *best[1]], prefix_logp + best[2]
 
 
+def answer_text(decoded: str, stops: Sequence[str]) -> str:
+    """A generation's answer: its decoded text up to the first stop string, stripped."""
+    for st in stops:
+        if st and st in decoded:
+            decoded = decoded[:decoded.index(st)]
+    return decoded.strip()
+
+
 class LM:
     """A Hugging Face causal LM + tokenizer with what SDLG needs, all from one prefilled prompt cache (the prompt
     is run through the model once per question; every generation forks its cache): beam search from the prompt or
@@ -302,11 +310,7 @@ class LM:
         self.cache, self.last_logp = out.cache, torch.log_softmax(out.logits[0, -1].float(), -1)
 
     def text(self, ids: Sequence[int]) -> str:
-        s = self.tok.decode(list(ids), skip_special_tokens=True)
-        for st in self.opts.stop:
-            if st and st in s:
-                s = s[:s.index(st)]
-        return s.strip()
+        return answer_text(self.tok.decode(list(ids), skip_special_tokens=True), self.opts.stop)
 
     def ends(self, token_id: int) -> bool:
         """Whether a token ends an answer (an end-of-sequence token, or one whose text holds a stop string)."""
@@ -464,11 +468,7 @@ class RemoteLM:
         return ids, lps, tops
 
     def text(self, ids: Sequence[int]) -> str:
-        s = self.tok.decode(list(ids), skip_special_tokens=True)
-        for st in self.opts.stop:
-            if st and st in s:
-                s = s[:s.index(st)]
-        return s.strip()
+        return answer_text(self.tok.decode(list(ids), skip_special_tokens=True), self.opts.stop)
 
     def ends(self, token_id: int) -> bool:
         return token_id in self.eos or any(st and st in self.tok.strings[token_id] for st in self.opts.stop)
