@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from benchmarks.moderation.gemma_guard import PAIRS, evaluate, print_table  # noqa: E402
 from services.moderation.guard import LinearHeads, Targets, fit_frozen_linear, frozen_linear_objective  # noqa: E402
+from services.moderation.metrics import average_precision  # noqa: E402
 from services.moderation.schema import parse_guard_jsonl  # noqa: E402
 
 
@@ -105,6 +106,7 @@ def main() -> None:
     ap.add_argument("--head-lr", type=float, default=1e-3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--l2", type=float, default=1e-3)
+    ap.add_argument("--eval-every-epoch", action="store_true", help="measure after every epoch, not only the last")
     ap.add_argument("--every", type=int, default=1, help="every n-th row only (a smoke run)")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -198,12 +200,16 @@ def main() -> None:
             opt.step()
             total += float(loss.detach()) * len(ix)
         print(f"LoRA epoch {epoch + 1}: mean loss {total / len(tr):.4f}, {time.time() - t0:.0f} s", flush=True)
-    with torch.no_grad():
-        ph = {s: torch.cat([features(idx[s][k:k + 32]) for k in range(0, len(idx[s]), 32)]).numpy()
-              for s in ("validation", "test")}
-    results.append(evaluate(f"LoRA r{a.rank} on layers {lo + 1}-{a.layer} + heads ({a.epochs} epochs)",
-                            Probe(tuned).predict_from_features(ph["validation"]), sub["validation"],
-                            Probe(tuned).predict_from_features(ph["test"]), sub["test"]))
+        if epoch + 1 < a.epochs and not a.eval_every_epoch:
+            continue
+        with torch.no_grad():
+            ph = {s: torch.cat([features(idx[s][k:k + 32]) for k in range(0, len(idx[s]), 32)]).numpy()
+                  for s in ("validation", "test")}
+        pv = Probe(tuned).predict_from_features(ph["validation"])
+        yv = np.array([r.unsafe for r in sub["validation"]])
+        print(f"LoRA epoch {epoch + 1}: validation AUPRC {average_precision(pv['unsafe'], yv):.3f}", flush=True)
+        results.append(evaluate(f"LoRA r{a.rank} on layers {lo + 1}-{a.layer} + heads ({epoch + 1} epochs)",
+                                pv, sub["validation"], Probe(tuned).predict_from_features(ph["test"]), sub["test"]))
     print("\n## held-out test rows, each guard at the defaults it chose on validation")
     print_table(results)
 
