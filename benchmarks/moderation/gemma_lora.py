@@ -13,7 +13,8 @@ estimates of the same objective (guard.frozen_linear_objective), as the MiniLM "
 layers. The cheap way: the hidden states below the tuned layers are computed once and cached (the frozen layers do
 not change), so an epoch runs only the tuned layers. Decision defaults are chosen on validation for each guard
 (decision.choose_defaults), then the test rows are measured at them (benchmarks/moderation/gemma_guard.evaluate).
-Deterministic up to the CPU's float rounding (seeded shuffles, no dropout)."""
+Seeded (shuffles, LoRA init), no dropout; small runs (--every 6) repeat bit for bit, two full-size runs did
+not (RESULTS.md; cause not found)."""
 from __future__ import annotations
 
 import argparse

@@ -13,8 +13,9 @@ training rows' per-dimension mean and standard deviation and scaled by 1/sqrt(H)
 with r = 1 for a response and c = 1 when a prompt is present. The heads over phi, their objective (Newton's method
 to the exact minimum, `guard.frozen_linear_objective`), the decision defaults (decision.choose_defaults), the
 decisions, per-tenant thresholds, chunking and streaming are those of the MiniLM guards: only the features differ.
-Not done here (said in RESULTS.md): LoRA-tuning of the top layers (the issue's alternative) and BingoGuard's
-generative verdict format; the heads are linear probes of a frozen 270M base model.
+Not done here (said in RESULTS.md): LoRA-tuning of the top layers (the issue's alternative; measured against this
+kind in benchmarks/moderation/gemma_lora.py, not a kind of the job) and BingoGuard's generative verdict format; the
+heads are linear probes of a frozen 270M base model.
 
 Registered format: the heads' tensors ("heads.*", guard.py), "gemma.mu" and "gemma.sd" [H] (float64) and the
 backbone's own tensors under "backbone.<name>" (a self-contained version: serving needs no second registry lookup;

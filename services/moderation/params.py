@@ -50,6 +50,7 @@ class GuardTrainParams(JobParams):
     # (request, reply) tokens ("mean") or at the last token; the token budget of a rendered pair (its end is kept).
     # Layer 6, mean: the best validation AUPRC of Gemma 3 270M's 18 layers x 2 poolings measured on the real-request
     # pairs (benchmarks/moderation/gemma_guard.py, RESULTS.md: 0.994; last-token pooling at best 0.971, layer 12).
+    # With 350 look-alikes layer 9 leads by 0.004 (0.989 vs 0.985) at 1.5x the cost: kept at 6.
     backbone_model_version_id: str | None = Field(default=None, min_length=1, max_length=200, validate_default=True)
     layer: StrictInt = Field(6, ge=1, le=256)
     pool: Literal["mean", "last"] = "mean"
