@@ -33,9 +33,8 @@ How a question is answered, and how that differs from kvpress's own pipeline (KV
 - kvpress's hooks compress every attention layer of Gemma3ForCausalLM (it skips the sliding layers only for
   Gemma3ForConditionalGeneration), each layer to int(held * (1 - compression_ratio)) tokens: a sliding layer keeps
   that fraction of its 511-token window, a global layer of the whole prompt. compression_ratio = 1 - retention, so
-  retention is, as in praxon, the fraction of the cache the full cache would hold. Unlike praxon's policies, no
-  recent window is added on top (SnapKV and TOVA protect their own observation window / last token inside the
-  budget).
+  retention is, as in praxon, the fraction of the cache the full cache would hold. SnapKV and TOVA protect their
+  observation window / last token inside that budget, as praxon's vl_cache and h2o protect their 8 recent tokens.
 """
 from __future__ import annotations
 
