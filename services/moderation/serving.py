@@ -107,25 +107,20 @@ MODEL_KINDS = ("frozen_linear", "finetune", "gemma_frozen", "guard.student")
 
 
 def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
-    """A guard-like model by its config kind: the teacher guard (GuardModel: "frozen_linear", "finetune") or the
-    HarmAug student (StudentGuard: "guard.student"); both answer Moderate, ModerateBatch, ModerateStream and the
+    """A guard-like model by its config kind: the teacher guard (GuardModel: "frozen_linear", "finetune"; GemmaGuard:
+    "gemma_frozen") or the HarmAug student (StudentGuard: "guard.student"); all answer Moderate, ModerateBatch, ModerateStream and the
     predictor, and the answer names the kind."""
     if config.get("kind") == "guard.student":
         from services.moderation.distill import StudentGuard
 
         student = StudentGuard.from_registry(tensors, config)
         return loaded(student, student.version, config, row)
-    if config.get("kind") == "gemma_frozen":  # the heads over a frozen LM reading the pair (gemma_guard.py)
-        from services.moderation.gemma_guard import GemmaGuard
-
-        gg = GemmaGuard.from_registry(tensors, config)
-        return loaded(gg, gg.version, config, row)
-    from services.moderation.guard import GuardModel
-
-    if config.get("kind") not in ("frozen_linear", "finetune"):
+    if config.get("kind") not in ("frozen_linear", "finetune", "gemma_frozen"):
         raise FailedPrecondition(f"model {row.get('name')!r} v{row.get('version')} is a {config.get('kind')!r}, "
                                  f"not one of {list(MODEL_KINDS)}", reason="NOT_A_GUARD_MODEL")
-    guard = GuardModel.from_registry(tensors, config)
+    from services.moderation.gemma_guard import guard_from_registry
+
+    guard = guard_from_registry(tensors, config)  # GuardModel, or GemmaGuard: heads over a frozen LM's pair
     return loaded(guard, guard.version, config, row)
 
 

@@ -169,10 +169,10 @@ class Certification:
 
     def setup(self, ctx: JobContext) -> None:
         if self.p.detector == "guard":
-            from services.moderation.guard import GuardModel
+            from services.moderation.gemma_guard import guard_from_registry
 
             tensors, config = ctx.load_model(self.p.detector_model_version_id)
-            guard = GuardModel.from_registry(tensors, config, version=self.p.detector_model_version_id)
+            guard = guard_from_registry(tensors, config, version=self.p.detector_model_version_id)
             th = float((config.get("decision_defaults") or {}).get("unsafe_threshold") or 0.5)
 
             def unsafe(responses, prompts):

@@ -13,7 +13,7 @@ import torch
 from services.common.errors import InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
-from services.moderation.guard import GuardModel
+from services.moderation.gemma_guard import guard_from_registry
 from services.moderation.jobs.data import load_examples, split_examples
 from services.moderation.metrics import average_precision, f1_score
 from services.moderation.params import DistillParams
@@ -68,7 +68,7 @@ class Distillation:
 
     def setup(self, ctx: JobContext) -> None:
         tensors, tconfig = ctx.load_model(self.p.teacher_model_version_id)
-        self.teacher = GuardModel.from_registry(tensors, tconfig, version=self.p.teacher_model_version_id)
+        self.teacher = guard_from_registry(tensors, tconfig, version=self.p.teacher_model_version_id)
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _LABELS}
         self.metrics: dict[str, float] = {}  # of the runs finished before the last
         self.run, self.trainer = -1, None
