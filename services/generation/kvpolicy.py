@@ -10,7 +10,8 @@ head), and always the `window` most recent prompt tokens; generated tokens are a
   kernels.kv_cache.layer_budgets); per layer the top-scoring tokens plus the recent window are gathered
   (kernels.kv_compress). With GQA the scores of the query heads of one KV head are summed.
 - h2o (our own implementation of H2O's heavy-hitter selection, one-shot on the prompt: the paper also evicts during
-  decoding; kvpress does not install beside transformers 5.24, so it is not used): scores = attention accumulated
+  decoding; kvpress pins an older transformers, so it serves only as the outside reference in its own venv,
+  benchmarks/generation/kvpress_reference.py): scores = attention accumulated
   over *all* prompt rows, the same budget for every layer, heavy hitters + recent window.
 - streaming_llm (our own implementation of StreamingLLM): `sinks` first tokens + the most recent tokens, the same
   budget for every layer.
