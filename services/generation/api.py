@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import threading
 import weakref
 from collections import deque
@@ -134,11 +135,23 @@ def uncertainty_options(request, cfg: GenerationConfig):
     temp = sampling.temperature if s.HasField("temperature") else 1.0
     if temp <= 0 and method != "sdlg":
         raise InvalidArgument("sampling.temperature", f"{method} samples: must be > 0")
-    question = u.question or next((ln.strip() for ln in reversed(request.prompt.splitlines()) if ln.strip()), "")
+    question = u.question or prompt_question(request.prompt)
     opts = Options(method=method, n=n, num_beams=beams, max_new_tokens=min(sampling.max_new_tokens, 256)
                    if s.HasField("max_new_tokens") else 32, temperature=temp if temp > 0 else 1.0,
                    seed=sampling.seed or 0, stop=tuple(sampling.stop) or ("\n",), top_logprobs=sampling.logprobs)
     return opts, question
+
+
+ANSWER_CUE = re.compile(r"(a|answer)\s*:", re.IGNORECASE)
+
+
+def prompt_question(prompt: str) -> str:
+    """The question the NLI model reads with each answer when a request names none: the prompt's last line that is
+    not a bare answer cue ("A:", "Answer:"), so a few-shot "Q: ...\nA:" prompt gives its question."""
+    lines = [ln.strip() for ln in prompt.splitlines() if ln.strip()]
+    while lines and ANSWER_CUE.fullmatch(lines[-1]):
+        lines.pop()
+    return lines[-1] if lines else ""
 
 
 def uncertainty_message(e, nli_info) -> pb.UncertaintyResult:

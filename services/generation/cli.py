@@ -185,8 +185,11 @@ def train_nli(target, name: str, params: dict, out=None):
     job = wait_for_success(target, _stub(target).StartNLITrainingJob(req, metadata=target.metadata).job,
                            "NLI training (MiniLM head, a stand-in for DeBERTa-MNLI)", out)
     m = job.models[0]
+    metrics = dict(job.result["metrics"])
+    per_kind = ", ".join(f"{k.removeprefix('heldout_accuracy_').replace('_', ' ')} {v:.2f}"
+                         for k, v in sorted(metrics.items()) if k.startswith("heldout_accuracy_"))
     out.write(f"registered {m.name} v{m.version}: held-out accuracy on generated pairs "
-              f"{dict(job.result['metrics'])['heldout_accuracy']:.3f}\n")
+              f"{metrics['heldout_accuracy']:.3f}" + (f" ({per_kind})" if per_kind else "") + "\n")
     return m
 
 
@@ -313,7 +316,8 @@ def add_commands(sub, client_opts) -> None:
                     help="answer with its semantic uncertainty (SDLG or a baseline): clusters and entropy")
     sp.add_argument("--nli-model", help="the registered NLI model (sdlg and multinomial need one)")
     sp.add_argument("--generations", type=int, default=5, help="generations besides the answer (uncertainty)")
-    sp.add_argument("--question", help="the question the NLI model sees (default: the prompt's last line)")
+    sp.add_argument("--question", help="the question the NLI model sees (default: the prompt's last line that is "
+                    "not a bare answer cue such as 'A:')")
     sp.set_defaults(func=cmd_complete)
 
     sp = gsub.add_parser("train-nli", help="train the MiniLM NLI head (a stand-in for DeBERTa-MNLI; a job)")
@@ -400,6 +404,7 @@ def gemma_demo(target, cache_dir: Path, n_lookups: int = 4, fillers: int = 40) -
 
 UNCERTAINTY_PROMPT = ("Q: What is the capital of Italy?\nA: Rome\nQ: Who wrote Ulysses?\nA: James Joyce\n"
                       "Q: What is the capital of Mongolia?\nA:")
+UNCERTAINTY_EXPECTED = "Ulaanbaatar"
 
 
 def uncertainty_demo(target, model, is_gemma: bool) -> None:
@@ -409,10 +414,16 @@ def uncertainty_demo(target, model, is_gemma: bool) -> None:
     print("semantic uncertainty (SDLG): an NLI model clusters the answer and its alternatives; no NLI checkpoint "
           "ships offline, so a MiniLM head (a stand-in for DeBERTa-MNLI) is trained on generated pairs first")
     nli = train_nli(target, "nli-minilm", DEMO_NLI)
+    print(f"  (a {DEMO_NLI['steps']}-step head, sized for the demo: where it confuses a kind of pair, different "
+          "answers can share a cluster; the 400-step head of benchmarks/generation/RESULTS.md scores 0.96-1.0 on "
+          "every kind)")
     prompt = UNCERTAINTY_PROMPT if is_gemma else "question : where does the river go ? answer :"
-    print(f"{'Gemma' if is_gemma else 'tiny model'}: {prompt.splitlines()[-1]}")
+    question = [line for line in prompt.splitlines() if line.startswith(("Q:", "question"))][-1]
+    print(f"{'Gemma' if is_gemma else 'tiny model'}: {question}"
+          + (f" (the right answer: {UNCERTAINTY_EXPECTED})" if is_gemma else ""))
     req = pb.GenerateRequest(model=model, prompt=prompt, sampling=pb.SamplingParams(max_new_tokens=8))
-    uncertain(target, req, "sdlg", f"{nli.name}:{nli.version}", generations=3, timeout=GEMMA_DEADLINE_S, stream=True)
+    uncertain(target, req, "sdlg", f"{nli.name}:{nli.version}", generations=3, question=question,
+              timeout=GEMMA_DEADLINE_S, stream=True)
 
 
 # ---------------------------------------------------------------------------------------------- praxon rag

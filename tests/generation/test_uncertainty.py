@@ -319,3 +319,19 @@ def test_an_uploaded_hugging_face_nli_checkpoint_is_imported_and_used(env, tmp_p
         env.stub.StartImportNLIModelJob(pb.StartImportNLIModelJobRequest(model_name="x", path=""), metadata=env.md)
     code, _, bad, _ = rpc_error_details(e.value)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and bad.field_violations[0].field == "path"
+
+
+@pytest.mark.parametrize(("prompt", "question"), [
+    ("Q: What is the capital of Italy?\nA: Rome\nQ: What is the capital of Mongolia?\nA:",
+     "Q: What is the capital of Mongolia?"),
+    ("Question: Who wrote Ulysses?\nAnswer:  \n", "Question: Who wrote Ulysses?"),
+    ("question : where does the river go ? answer :", "question : where does the river go ? answer :"),
+    ("Q: Who? A:", "Q: Who? A:"),
+    ("A:\n", ""),
+])
+def test_the_default_question_skips_a_bare_answer_cue(prompt, question):
+    """Without uncertainty.question the NLI reads the prompt's last line that is not "A:" (a few-shot prompt's
+    last line is the cue, and the NLI compared "A: Mongolia" with "A: Beijing")."""
+    from services.generation.api import prompt_question
+
+    assert prompt_question(prompt) == question
