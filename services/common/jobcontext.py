@@ -169,7 +169,13 @@ class InMemoryJobContext:
     checkpoints_saved: int = 0
     tombstones: dict[str, set[str]] = field(default_factory=dict)
     children: dict[str, dict[str, Any]] = field(default_factory=dict)  # child key -> outcome (wait_for_children)
-    settings: Any = field(default_factory=_process_settings)  # as a worker's: from PRAXON_* variables
+    process_settings: Any = None  # None: built as a worker's (PRAXON_* variables) when a job first reads them
+
+    @property
+    def settings(self) -> Any:
+        if self.process_settings is None:
+            self.process_settings = _process_settings()
+        return self.process_settings
 
     def progress(self, fraction: float, message: str = "", **metrics: float) -> None:
         self.events.append((float(fraction), message, dict(metrics)))
