@@ -313,8 +313,5 @@ def privacy_budget(epsilon: float | None, delta: float | None, config: dict | No
     cfg = config or {}
     eps = float(epsilon if epsilon is not None else cfg.get("epsilon", DEFAULT_EPSILON))
     dl = float(delta if delta is not None else cfg.get("delta", DEFAULT_DELTA))
-    if not (math.isfinite(eps) and eps > 0):
-        raise InvalidArgument("epsilon", "must be > 0")
-    if not 0 < dl < 1:
-        raise InvalidArgument("delta", "must be in (0, 1)")
+    validate_privacy(eps, dl)
     return eps, dl
