@@ -19,9 +19,11 @@
    one request in REFUSE_EVERY (few-shot refusals, prefilled with "I'm sorry,"); the reply is cut at its first
    newline. Written incrementally (one JSON line a reply, resumable: run it again to continue), batched, one thread,
    in a fixed shuffled order so that a run stopped early still covers sources and topics evenly; --source limits a
-   run to the requests of one source. The committed gemma_replies.jsonl: a run stopped after 192 of the 723 planned
-   replies (~25 minutes on a shared CPU), then the replies to the look-alikes (--source lookalike) once their number
-   went from 124 to 350.
+   run to the requests of one source. The committed gemma_replies.jsonl holds every planned reply (980: a compliant
+   one for each of the 872 requests, 108 refusals), written in three runs: 192 first (~25 minutes on a loaded CPU),
+   the look-alikes' once their number went from 124 to 350 (--source lookalike), then the rest of the harmful
+   requests' (--source harmbench --source donotanswer: 429 replies in 5 minutes at 0.7 s a reply, batch 16, on a
+   quiet CPU).
 3. assemble: the praxon guard JSONL rows (schema.py) --
    - every request as a "prompt" row (its own label);
    - (request, compliant reply): unsafe iff the request is, with the request's topic and severity (a reply that does
