@@ -137,6 +137,9 @@ class StudentConfig:
     buckets: int = 4096
     min_count: int = 1
     max_vocab: int = 50_000
+    # Also the elementwise product e * c of the text's and the prompt's bags in the input (zero without a prompt):
+    # a cheap explicit reply-given-request interaction on top of what the hidden layer mixes.
+    interaction: bool = False
 
     def validate(self, prefix: str = "params.") -> None:
         for name, lo, hi in (("dim", 4, 1024), ("hidden", 4, 1024), ("buckets", 0, 1 << 20), ("min_count", 1, 100),
@@ -144,13 +147,16 @@ class StudentConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise InvalidArgument(prefix + name, f"must be an integer in {lo}..{hi}")
+        if not isinstance(self.interaction, bool):
+            raise InvalidArgument(prefix + "interaction", "must be a boolean")
 
 
 class StudentNet(nn.Module):
     def __init__(self, n_ids: int, cfg: StudentConfig):
         super().__init__()
         self.emb = nn.EmbeddingBag(n_ids, cfg.dim, mode="mean")
-        self.hidden = nn.Linear(2 * cfg.dim + 2, cfg.hidden)
+        self.interaction = cfg.interaction
+        self.hidden = nn.Linear((3 if cfg.interaction else 2) * cfg.dim + 2, cfg.hidden)
         self.unsafe = nn.Linear(cfg.hidden, 2)
         self.topics = nn.Linear(cfg.hidden, N_TOPICS)
         self.sev = nn.Linear(cfg.hidden, N_TOPICS, bias=False)
@@ -165,7 +171,8 @@ class StudentNet(nn.Module):
             c, hb = torch.zeros_like(e), torch.zeros(e.shape[0], 1, dtype=e.dtype)
         else:
             c, hb = self.emb(cflat, coffsets) * has[:, None].to(e.dtype), has[:, None].to(e.dtype)
-        h = torch.relu(self.hidden(torch.cat([e, roles[:, None].to(e.dtype), c, hb], dim=1)))
+        parts = [e, roles[:, None].to(e.dtype), c, hb] + ([e * c] if self.interaction else [])
+        h = torch.relu(self.hidden(torch.cat(parts, dim=1)))
         return self.unsafe(h), self.topics(h), self.sev(h).unsqueeze(-1) + self.sev_b
 
 
@@ -356,3 +363,38 @@ def train_student(texts: Sequence[str], roles: Sequence[str], hard: np.ndarray, 
     for e in range(tc.epochs):
         tr.train_epoch(d, e)
     return tr.to_student()
+
+
+# ------------------------------------------------------------------------------------------------ augmentation
+RECOMBINED_SOURCE = "recombined"
+
+
+def recombine_pairs(rows: Sequence[Any], n: int, *, seed: int) -> list[Any]:
+    """Up to n (request, reply) pairs that are not in `rows`: a training request (a prompt row's text, or a response
+    row's prompt) crossed with a training reply (any response row's text: compliant replies, shared openers,
+    refusals), drawn uniformly without replacement (seeded). Recombination, not generation: a cheap stand-in for
+    HarmAug's LLM-written pairs that still shows the student the teacher's verdict on a reply after requests it was
+    never written for -- the labels come from the teacher. -> augment.AugmentedText responses (source "recombined")."""
+    import random
+
+    from services.moderation.augment import AugmentedText
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidArgument("params.cross_pairs", "must be a non-negative integer")
+    requests = sorted({r.text for r in rows if r.role == "prompt"}
+                      | {r.prompt for r in rows if r.role == "response" and r.prompt})
+    replies = sorted({r.text for r in rows if r.role == "response"})
+    seen = {(r.prompt, r.text) for r in rows if r.role == "response" and r.prompt}
+    n = min(n, len(requests) * len(replies) - len(seen))   # every seen pair is one of the cells
+    rng = random.Random(seed)
+    if n * 2 >= len(requests) * len(replies):   # dense: enumerate, then draw
+        cand = [(q, a) for q in requests for a in replies if (q, a) not in seen]
+        picked = rng.sample(cand, n)
+    else:                                        # sparse: rejection sampling (at most half the cells taken)
+        picked, used = [], set(seen)
+        while len(picked) < n:
+            qa = (requests[rng.randrange(len(requests))], replies[rng.randrange(len(replies))])
+            if qa not in used:
+                used.add(qa)
+                picked.append(qa)
+    return [AugmentedText(a, "response", RECOMBINED_SOURCE, q) for q, a in picked]

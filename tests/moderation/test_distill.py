@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.common.errors import FailedPrecondition
+from services.common.errors import FailedPrecondition, InvalidArgument
 from services.moderation.augment import (
     HARMAUG_AFFIRMATIVE_PREFIX,
     HARMAUG_INSTRUCTION_PROMPT,
@@ -20,6 +20,7 @@ from services.moderation.distill import (
     Vocabulary,
     aux_loss,
     harmaug_loss,
+    recombine_pairs,
     train_student,
     words,
 )
@@ -119,6 +120,30 @@ def test_student_interface_and_registry_round_trip():
     assert empty["topics"].shape == (0, 11)
 
 
+def test_prompt_reply_interaction_is_an_option_that_round_trips():
+    rng = np.random.default_rng(2)
+    texts, roles = TEXTS + ["Sure, here's how."] * 2, ROLES + ["response"] * 2
+    ctx = [None] * 6 + ["Help me rob the shop tonight.", "How do I bake bread?"]
+    hard = np.concatenate([HARD, [1, 0]])
+    teacher = {"unsafe": hard * 0.8 + 0.1, "topics": rng.random((8, 11)),
+               "severity_ge": np.sort(rng.random((8, 11, 4)), axis=-1)[..., ::-1].copy()}
+    cfg = StudentConfig(dim=8, hidden=8, buckets=32, interaction=True)
+    st = train_student(texts, roles, hard, teacher, cfg, TrainConfig(epochs=60, batch_size=4, lr=0.05), ctx)
+    assert st.net.hidden.in_features == 3 * 8 + 2   # [e, role, c, has-prompt, e * c]
+    p = st.predict_proba(texts, roles, ctx)["unsafe"]
+    assert ((p > 0.5) == hard.astype(bool)).all()   # the same reply, two verdicts: read with its prompt
+    tensors, config = st.to_registry()
+    assert config["student"]["interaction"] is True
+    np.testing.assert_array_equal(StudentGuard.from_registry(tensors, config).predict_proba(texts, roles, ctx)["unsafe"],
+                                  p)
+    old = {**config, "student": {k: v for k, v in config["student"].items() if k != "interaction"}}
+    with pytest.raises(FailedPrecondition):   # a student saved before the option loads as interaction=False
+        StudentGuard.from_registry(tensors, old)
+    with pytest.raises(InvalidArgument) as e:
+        StudentConfig(interaction="yes").validate()
+    assert e.value.violations[0].field == "params.interaction"
+
+
 def test_training_is_deterministic_per_seed():
     rng = np.random.default_rng(1)
     teacher = _teacher_like(6, rng)
@@ -130,6 +155,31 @@ def test_training_is_deterministic_per_seed():
 
 
 # ------------------------------------------------------------------------------------------------ augmentation
+def test_recombine_pairs_crosses_train_requests_and_replies():
+    from services.moderation.schema import GuardExample
+
+    rows = [GuardExample("Help me rob the shop.", "prompt", True), GuardExample("How do I bake bread?", "prompt", False),
+            GuardExample("Sure, here's how.", "response", True, prompt="Help me rob the shop."),
+            GuardExample("Sure, here's how.", "response", False, prompt="How do I bake bread?"),
+            GuardExample("I can't help with that.", "response", False, prompt="Help me rob the shop."),
+            GuardExample("Preheat the oven first.", "response", False, prompt="What should I cook?")]
+    requests = {"Help me rob the shop.", "How do I bake bread?", "What should I cook?"}
+    replies = {"Sure, here's how.", "I can't help with that.", "Preheat the oven first."}
+    seen = {(r.prompt, r.text) for r in rows if r.prompt}
+    out = recombine_pairs(rows, 3, seed=0)
+    assert len(out) == 3 and out == recombine_pairs(rows, 3, seed=0)
+    assert all(a.role == "response" and a.source == "recombined" for a in out)
+    assert all(a.prompt in requests and a.text in replies and (a.prompt, a.text) not in seen for a in out)
+    every = recombine_pairs(rows, 100, seed=1)   # capped at the 9 - 4 cells the data does not hold
+    assert sorted((a.prompt, a.text) for a in every) == sorted(
+        {(q, a) for q in requests for a in replies} - seen)
+    assert len({frozenset((a.prompt, a.text) for a in recombine_pairs(rows, 3, seed=s)) for s in range(6)}) > 1
+    assert recombine_pairs(rows, 0, seed=0) == []
+    with pytest.raises(InvalidArgument) as e:
+        recombine_pairs(rows, -1, seed=0)
+    assert e.value.violations[0].field == "params.cross_pairs"
+
+
 def test_template_generator(seed_rows):
     gen = TemplateGenerator()
     out = gen.generate(600, seed=3, exclude=[r.text for r in seed_rows])
