@@ -32,67 +32,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.moderation.gemma_guard import PAIRS, evaluate, print_table  # noqa: E402
+from services.moderation.gemma_lora import TopLayers, add_lora, pad  # noqa: E402  (the gemma_lora kind's code)
 from services.moderation.guard import LinearHeads, Targets, fit_frozen_linear, frozen_linear_objective  # noqa: E402
 from services.moderation.metrics import average_precision  # noqa: E402
 from services.moderation.schema import parse_guard_jsonl  # noqa: E402
-
-
-class LoRALinear(torch.nn.Module):
-    """y = W x + (alpha / r) * B (A x), W frozen; A ~ Kaiming-uniform as in the LoRA paper's code, B = 0."""
-
-    def __init__(self, base: torch.nn.Linear, rank: int, alpha: float, gen: torch.Generator):
-        super().__init__()
-        self.base, self.scale = base, alpha / rank
-        self.A = torch.nn.Parameter(torch.empty(rank, base.in_features))
-        torch.nn.init.kaiming_uniform_(self.A, a=math.sqrt(5), generator=gen)
-        self.B = torch.nn.Parameter(torch.zeros(base.out_features, rank))
-
-    def forward(self, x):
-        return self.base(x) + self.scale * ((x @ self.A.T) @ self.B.T)
-
-
-def add_lora(layers, rank: int, alpha: float, seed: int) -> list[torch.nn.Parameter]:
-    gen = torch.Generator().manual_seed(seed)
-    params = []
-    for layer in layers:
-        for parent in list(layer.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, torch.nn.Linear):
-                    lora = LoRALinear(child, rank, alpha, gen)
-                    setattr(parent, name, lora)
-                    params += [lora.A, lora.B]
-    return params
-
-
-class TopLayers:
-    """Gemma's decoder layers lo+1..hi (1-based) run on cached states after layer lo, as Gemma3TextModel.forward
-    runs them (its causal / sliding masks and rotary embeddings per layer type)."""
-
-    def __init__(self, model, lo: int, hi: int):
-        self.base = getattr(model, "model", model)
-        self.lo, self.hi = lo, hi
-
-    def __call__(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
-
-        cfg = self.base.config
-        pos = torch.arange(h.shape[1])[None]
-        kw = {"config": cfg, "inputs_embeds": h, "attention_mask": mask, "cache": None, "position_ids": pos}
-        masks = {"full_attention": create_causal_mask(**kw), "sliding_attention": create_sliding_window_causal_mask(**kw)}
-        pe = {t: self.base.rotary_emb(h, pos, t) for t in set(cfg.layer_types)}
-        for i in range(self.lo, self.hi):
-            t = cfg.layer_types[i]
-            h = self.base.layers[i](h, attention_mask=masks[t], position_embeddings=pe[t], position_ids=pos)
-        return h
-
-
-def pad(states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    n, hdim = max(s.shape[0] for s in states), states[0].shape[1]
-    h = torch.zeros(len(states), n, hdim)
-    m = torch.zeros(len(states), n, dtype=torch.long)
-    for i, s in enumerate(states):
-        h[i, :s.shape[0]], m[i, :s.shape[0]] = s, 1
-    return h, m
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ generation service's language models.
 api.py (the servicer: proto <-> domain), engine.py (ModerationEngine: the one serving path of the servicer, the kserve
 predictor (predictor.py) and the benchmarks), guard.py / distill.py (the teacher guard and the distilled student, both
 served by alias), gemma_guard.py (kind "gemma_frozen": the guard's heads over a frozen language model that reads
-the request and the reply in one pass), decision.py / policies.py / stream.py / conformal.py / bias_cert.py
+the request and the reply in one pass), gemma_lora.py (kind "gemma_lora": the same with LoRA-tuned layers),
+decision.py / policies.py / stream.py / conformal.py / bias_cert.py
 (domain code; no grpc),
 bias_store.py (the immutable bias certificates), params.py (typed job parameters), jobs/ (one file per job kind),
 cli.py (`praxon moderate ...`)."""

@@ -42,7 +42,8 @@ ROLE_ENUMS = {v: k for k, v in ROLE_NAMES.items()}
 FORMATS = {pb.DATASET_FORMAT_UNSPECIFIED: "praxon", pb.DATASET_FORMAT_PRAXON: "praxon",
            pb.DATASET_FORMAT_BINGOGUARD: "bingoguard", pb.DATASET_FORMAT_WILDGUARDMIX: "wildguardmix"}
 KINDS = {pb.GUARD_KIND_UNSPECIFIED: "frozen_linear", pb.GUARD_KIND_FROZEN_LINEAR: "frozen_linear",
-         pb.GUARD_KIND_FINETUNE: "finetune", pb.GUARD_KIND_GEMMA_FROZEN: "gemma_frozen"}
+         pb.GUARD_KIND_FINETUNE: "finetune", pb.GUARD_KIND_GEMMA_FROZEN: "gemma_frozen",
+         pb.GUARD_KIND_GEMMA_LORA: "gemma_lora"}
 POOLS = {pb.GUARD_POOLING_UNSPECIFIED: "mean", pb.GUARD_POOLING_MEAN: "mean", pb.GUARD_POOLING_LAST: "last"}
 METRICS = {pb.FAIRNESS_METRIC_NONE: "none", pb.FAIRNESS_METRIC_EQUAL_OPPORTUNITY: "equal_opportunity",
            pb.FAIRNESS_METRIC_DISPARATE_IMPACT: "disparate_impact",
@@ -386,16 +387,17 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
                                "pool": convert.enum_of(POOLS, request.pool, "pool"),
                                **self._optional(request, ("l2", "max_iter", "epochs", "trainable_layers", "lr",
                                                           "head_lr", "batch_size", "seed", "validation_fraction",
-                                                          "layer", "max_tokens"))}
+                                                          "layer", "max_tokens", "lora_rank", "lora_alpha",
+                                                          "lora_layers"))}
         self._dataset(tenant, request.dataset_artifact_id, request.format, raw)
-        if raw["kind"] == "gemma_frozen":
+        if raw["kind"] in mp.GEMMA_KINDS:
             if not request.backbone_model.name:
-                raise InvalidArgument("backbone_model.name", "required for kind GUARD_KIND_GEMMA_FROZEN (the "
-                                      "language model the guard reads)")
+                raise InvalidArgument("backbone_model.name", f"required for kind {pb.GuardKind.Name(request.kind)} "
+                                      "(the language model the guard reads)")
             lm = await asyncio.to_thread(self._language_model, tenant, request.backbone_model, "backbone_model")
             raw["backbone_model_version_id"] = lm["generator_model_version_id"]
         elif request.HasField("backbone_model"):
-            raise InvalidArgument("backbone_model", "only for kind GUARD_KIND_GEMMA_FROZEN")
+            raise InvalidArgument("backbone_model", "only for kinds GUARD_KIND_GEMMA_FROZEN and GUARD_KIND_GEMMA_LORA")
         params = parse_params(mp.GuardTrainParams, raw)
         return pb.StartGuardTrainingJobResponse(job=await self._submit(tenant, "moderation.train_guard", params,
                                                                        request))

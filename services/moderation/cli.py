@@ -92,10 +92,13 @@ def cmd_train_guard(args) -> None:
         dataset_artifact_id=args.dataset or "", model_name=args.name,
         format=pb.DatasetFormat.Value(f"DATASET_FORMAT_{args.format.upper()}"),
         kind=pb.GuardKind.Value(f"GUARD_KIND_{args.kind.upper()}"), idempotency_key=new_idempotency_key())
-    if args.max_iter:
-        req.max_iter = args.max_iter
-    if args.epochs:
-        req.epochs = args.epochs
+    if ref := _model_ref(args.backbone_model):
+        req.backbone_model.CopyFrom(ref)
+    if args.pool:
+        req.pool = pb.GuardPooling.Value(f"GUARD_POOLING_{args.pool.upper()}")
+    for name in ("max_iter", "epochs", "layer", "max_tokens", "lora_rank", "lora_layers"):
+        if getattr(args, name) is not None:   # unset: the server's default for the kind
+            setattr(req, name, getattr(args, name))
     job = _stub(target).StartGuardTrainingJob(req, metadata=target.metadata).job
     _watch_job(target, job, "guard training")
 
@@ -228,10 +231,20 @@ def add_commands(sub, client_opts) -> None:
     client_opts(sp)
     sp.add_argument("--dataset", help="labeled dataset artifact id (default: the packaged seed set)")
     sp.add_argument("--format", default="praxon", choices=["praxon", "bingoguard", "wildguardmix"])
-    sp.add_argument("--kind", default="frozen_linear", choices=["frozen_linear", "finetune"])
+    sp.add_argument("--kind", default="frozen_linear", choices=["frozen_linear", "finetune", "gemma_frozen",
+                                                                 "gemma_lora"],
+                    help="gemma_*: heads over a registered language model's hidden states (needs --backbone-model); "
+                         "gemma_lora also tunes the layers below the read-out with LoRA")
     sp.add_argument("--name", default="guard")
-    sp.add_argument("--max-iter", type=int)
-    sp.add_argument("--epochs", type=int)
+    sp.add_argument("--max-iter", type=int, help="Newton iterations")
+    sp.add_argument("--epochs", type=int, help="training epochs (finetune, gemma_lora)")
+    sp.add_argument("--backbone-model", help="gemma_*: the language model, name, name:VERSION or name@ALIAS")
+    sp.add_argument("--layer", type=int, help="gemma_*: decoder layer (1-based) the heads read (default 6)")
+    sp.add_argument("--pool", choices=["mean", "last"], help="gemma_*: pooling of the hidden states (default mean)")
+    sp.add_argument("--max-tokens", type=int, help="gemma_*: token budget of a rendered pair (default 256)")
+    sp.add_argument("--lora-rank", type=int, help="gemma_lora: rank of the adapters (default 8)")
+    sp.add_argument("--lora-layers", type=int, help="gemma_lora: decoder layers up to --layer with adapters "
+                                                     "(default 2)")
     sp.set_defaults(func=cmd_train_guard)
 
     sp = msub.add_parser("train-policy-scorer", help="train the custom-policy scorer (a job)")

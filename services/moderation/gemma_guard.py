@@ -13,9 +13,8 @@ training rows' per-dimension mean and standard deviation and scaled by 1/sqrt(H)
 with r = 1 for a response and c = 1 when a prompt is present. The heads over phi, their objective (Newton's method
 to the exact minimum, `guard.frozen_linear_objective`), the decision defaults (decision.choose_defaults), the
 decisions, per-tenant thresholds, chunking and streaming are those of the MiniLM guards: only the features differ.
-Not done here (said in RESULTS.md): LoRA-tuning of the top layers (the issue's alternative; measured against this
-kind in benchmarks/moderation/gemma_lora.py, not a kind of the job) and BingoGuard's generative verdict format; the
-heads are linear probes of a frozen 270M base model.
+LoRA-tuning of the layers up to `layer` is the kind "gemma_lora" (gemma_lora.py): the same GemmaGuard over a backbone
+whose tuned layers carry the merged weights. Not done here: BingoGuard's generative verdict format.
 
 Registered format: the heads' tensors ("heads.*", guard.py), "gemma.mu" and "gemma.sd" [H] (float64) and the
 backbone's own tensors under "backbone.<name>" (a self-contained version: serving needs no second registry lookup;
@@ -41,6 +40,7 @@ from services.moderation.guard import GuardModel, LinearHeads, context_mask, val
 from services.moderation.taxonomy import TOPICS
 
 KIND = "gemma_frozen"
+KINDS = (KIND, "gemma_lora")   # gemma_lora.py: the same guard over a backbone with LoRA-tuned (merged) layers
 FEATURE_SPEC = "lm-pair-render+frozen-layer-pool+standardised+role/v1"
 POOLS = ("mean", "last")
 DEFAULT_MAX_TOKENS = 256
@@ -149,13 +149,14 @@ class GemmaGuard:
     """A trained Gemma guard: the same predict API as guard.GuardModel (features, predict_from_features,
     predict_proba, logits_from_features, linear_heads) plus predict_proba_batched for the dynamic batcher."""
 
-    kind = KIND
+    kind = KIND          # per instance: config["kind"] (gemma_frozen, or gemma_lora)
     reads_pairs = True   # decision.model_scorer: scored by predict_proba[_batched] on (text, role, prompt)
 
     def __init__(self, heads: LinearHeads, config: dict[str, Any], backbone: GemmaBackbone, mu: np.ndarray,
                  sd: np.ndarray, *, backbone_tensors: dict[str, torch.Tensor] | None = None,
                  version: str | None = None):
         self.heads, self.config, self.backbone = heads, dict(config), backbone
+        self.kind = str(self.config.get("kind", KIND))
         self.mu, self.sd = np.asarray(mu, dtype=np.float64), np.asarray(sd, dtype=np.float64)
         self.pool = str(self.config["backbone"]["pool"])
         self.backbone_tensors = backbone_tensors
@@ -171,6 +172,8 @@ class GemmaGuard:
         h.update(self.sd.tobytes())
         b = self.config.get("backbone", {})
         h.update(repr((b.get("model_version_id"), b.get("sha256"), b.get("layer"), b.get("pool"))).encode())
+        if b.get("lora") is not None:   # gemma_lora: the settings and the digest of the merged weights
+            h.update(repr(sorted(b["lora"].items())).encode())
         return "sha256:" + h.hexdigest()[:16]
 
     def to_registry(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -184,7 +187,7 @@ class GemmaGuard:
     @classmethod
     def from_registry(cls, tensors: dict[str, torch.Tensor], config: dict[str, Any], *,
                       version: str | None = None) -> GemmaGuard:
-        if config.get("kind") != KIND:
+        if config.get("kind") not in KINDS:
             raise FailedPrecondition(f"not a Gemma guard: kind {config.get('kind')!r}")
         if config.get("feature_spec") != FEATURE_SPEC:
             raise FailedPrecondition(f"Gemma guard feature spec {config.get('feature_spec')!r} is not {FEATURE_SPEC}")
@@ -236,15 +239,16 @@ class GemmaGuard:
 def guard_from_registry(tensors: dict[str, torch.Tensor], config: dict[str, Any], *, version: str | None = None
                         ) -> GuardModel | GemmaGuard:
     """The guard of a registered version by its config kind, for the jobs that read a guard (calibration): a
-    GemmaGuard for "gemma_frozen", else guard.GuardModel (which names what it cannot read)."""
-    if config.get("kind") == KIND:
+    GemmaGuard for "gemma_frozen" and "gemma_lora", else guard.GuardModel (which names what it cannot read)."""
+    if config.get("kind") in KINDS:
         return GemmaGuard.from_registry(tensors, config, version=version)
     return GuardModel.from_registry(tensors, config, version=version)
 
 
 def gemma_config(backbone_config: dict[str, Any], *, model_version_id: str, layer: int, pool: str, l2: float,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, hidden_size: int, **extra: Any) -> dict[str, Any]:
-    return {"kind": KIND, "feature_spec": FEATURE_SPEC, "feature_dim": hidden_size + 2, "topics": list(TOPICS),
+                 max_tokens: int = DEFAULT_MAX_TOKENS, hidden_size: int, kind: str = KIND, **extra: Any
+                 ) -> dict[str, Any]:
+    return {"kind": kind, "feature_spec": FEATURE_SPEC, "feature_dim": hidden_size + 2, "topics": list(TOPICS),
             "l2": float(l2), "backbone": {"hf": backbone_config, "model_version_id": model_version_id,
                                           "layer": int(layer), "pool": pool, "max_tokens": int(max_tokens)},
             **extra}
@@ -312,20 +316,27 @@ class GemmaGuardTraining(_training_base()):
         self.mu, self.sd = feats["mu"].numpy(), feats["sd"].numpy()
 
     def result(self, ctx) -> dict[str, Any]:
-        from services.moderation.jobs.train_guard import validation_defaults
-
         p, val = self.p, self.val
         config = gemma_config(self.bb_config, model_version_id=p.backbone_model_version_id, layer=p.layer,
                               pool=p.pool, l2=p.l2, max_tokens=p.max_tokens, hidden_size=self.backbone.hidden_size,
                               newton_iterations=self.iters, dataset_sha256=self.digest, n_train=len(self.train),
                               n_validation=len(val))
         model = GemmaGuard(self.heads, config, self.backbone, self.mu, self.sd, backbone_tensors=self.bb_tensors)
-        metrics = validation_defaults(model, self.phi_va, val, p.target_false_block_rate) if val else {}
+        return self._register(ctx, model, self.phi_va)
+
+    def _register(self, ctx, model: GemmaGuard, phi_va: np.ndarray | None) -> dict[str, Any]:
+        """Decision defaults on the validation features `phi_va`, then the guard registered as a child of its
+        backbone version (every Gemma kind ends here)."""
+        from services.moderation.jobs.train_guard import validation_defaults
+
+        p, val = self.p, self.val
+        metrics = validation_defaults(model, phi_va, val, p.target_false_block_rate) if val else {}
         model.version = model.fingerprint()
         tensors, cfg = model.to_registry()
-        info = ctx.register_model(p.model_name, tensors, kind=f"guard/{KIND}", config=cfg, metrics=metrics,
+        info = ctx.register_model(p.model_name, tensors, kind=f"guard/{model.kind}", config=cfg, metrics=metrics,
                                   dataset_artifact_id=p.dataset_artifact_id,
                                   parent_version_ids=[p.backbone_model_version_id])
         ctx.progress(1.0, "registered", **metrics)
-        return {"model_version_id": info.model_version_id, "name": info.name, "kind": KIND, "metrics": metrics,
-                "decision_defaults": cfg.get("decision_defaults"), "model_fingerprint": model.fingerprint()}
+        return {"model_version_id": info.model_version_id, "name": info.name, "kind": model.kind,
+                "metrics": metrics, "decision_defaults": cfg.get("decision_defaults"),
+                "model_fingerprint": model.fingerprint()}

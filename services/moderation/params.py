@@ -11,7 +11,10 @@ from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validat
 from services.common.params import JobParams, ModelName
 
 FORMATS = ("praxon", "bingoguard", "wildguardmix")
-GUARD_KINDS = ("frozen_linear", "finetune", "gemma_frozen")
+GUARD_KINDS = ("frozen_linear", "finetune", "gemma_frozen", "gemma_lora")
+GEMMA_KINDS = ("gemma_frozen", "gemma_lora")   # the kinds that read a registered language model (backbone)
+# The learning rate of the trained weights when the request gives none, by kind (the kinds without one: None).
+LR_DEFAULTS = {"finetune": 3e-5, "gemma_lora": 2e-4}
 Format = Literal["praxon", "bingoguard", "wildguardmix"]
 ArtifactId = Field(default=None, min_length=1, max_length=200)
 
@@ -28,16 +31,19 @@ class GuardTrainParams(JobParams):
     dataset_artifact_id: str | None = ArtifactId   # None: the packaged seed set
     format: Format = "praxon"
     model_name: ModelName = "guard"
-    kind: Literal["frozen_linear", "finetune", "gemma_frozen"] = "frozen_linear"
+    kind: Literal["frozen_linear", "finetune", "gemma_frozen", "gemma_lora"] = "frozen_linear"
     # 1e-4: on the seed validation split, recall 0.765 at a 4.7% benign false-block rate (1e-3: lower recall)
     l2: float = Field(1e-4, gt=0, le=10)
     max_iter: StrictInt = Field(50, ge=1, le=500)       # Newton iterations (frozen_linear, and finetune's warm start)
     tol: float = Field(1e-8, gt=0, lt=1)                # stop when max |gradient| < tol
-    # finetune only. All 6 MiniLM layers for 4 epochs: on the seed set's held-out rows the best of those measured
-    # (benchmarks/moderation/RESULTS.md: AUPRC 0.942, recall 0.81 at 4.4% false blocks; top-2 for 3 epochs: 0.900)
+    # finetune and gemma_lora. finetune: all 6 MiniLM layers for 4 epochs: on the seed set's held-out rows the best
+    # of those measured (benchmarks/moderation/RESULTS.md: AUPRC 0.942, recall 0.81 at 4.4% false blocks; top-2 for
+    # 3 epochs: 0.900). gemma_lora: 4 epochs, batch 16, head lr 1e-3 as measured (benchmarks/moderation/gemma_lora.py).
     epochs: StrictInt = Field(4, ge=1, le=100)
     trainable_layers: StrictInt = Field(6, ge=1, le=6)
-    lr: float = Field(3e-5, gt=0, lt=1)
+    # None: the kind's default, LR_DEFAULTS (finetune 3e-5: the MiniLM layers; gemma_lora 2e-4: the LoRA adapters);
+    # filled in at parse, so a parsed finetune / gemma_lora params always carries the rate it trains with.
+    lr: float | None = Field(None, gt=0, lt=1, validate_default=True)
     head_lr: float = Field(1e-3, gt=0, lt=1)
     batch_size: StrictInt = Field(16, ge=1, le=1024)
     seed: StrictInt = 0
@@ -55,12 +61,33 @@ class GuardTrainParams(JobParams):
     layer: StrictInt = Field(6, ge=1, le=256)
     pool: Literal["mean", "last"] = "mean"
     max_tokens: StrictInt = Field(256, ge=8, le=4096)
+    # gemma_lora only (gemma_lora.py): LoRA adapters of rank lora_rank (scale lora_alpha / lora_rank) on every linear
+    # of the lora_layers decoder layers up to `layer` (layer - lora_layers + 1 .. layer), trained with the heads.
+    # Rank 8, alpha 16 on the 2 layers below the read-out: benign blocked 9.4% -> 5.2%, AUPRC 0.955 -> 0.982 against
+    # gemma_frozen on held-out real-request pairs (benchmarks/moderation/gemma_lora.py).
+    lora_rank: StrictInt = Field(8, ge=1, le=256)
+    lora_alpha: float = Field(16.0, gt=0, le=4096)
+    lora_layers: StrictInt = Field(2, ge=1, le=256, validate_default=True)
+
+    @field_validator("lr")
+    @classmethod
+    def _lr_of_kind(cls, v: float | None, info: ValidationInfo) -> float | None:
+        return LR_DEFAULTS.get(info.data.get("kind")) if v is None else v
 
     @field_validator("backbone_model_version_id")
     @classmethod
     def _backbone_for_gemma(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is None and info.data.get("kind") == "gemma_frozen":
-            raise ValueError("required for kind gemma_frozen (the registered language model to read)")
+        kind = info.data.get("kind")
+        if v is None and kind in GEMMA_KINDS:
+            raise ValueError(f"required for kind {kind} (the registered language model to read)")
+        return v
+
+    @field_validator("lora_layers")
+    @classmethod
+    def _lora_below_layer(cls, v: int, info: ValidationInfo) -> int:
+        layer = info.data.get("layer")
+        if info.data.get("kind") == "gemma_lora" and layer is not None and v > layer:
+            raise ValueError(f"must be at most layer ({layer}): the tuned layers are those up to the read-out layer")
         return v
 
 

@@ -103,19 +103,19 @@ class EmbedBatcher(serving.Batcher[EmbedItem, Any]):
 
 # ---------------------------------------------------------------------------------------------- builders
 # (tensors, config, version row) -> Loaded: the builders of this service's ModelCaches (blocking).
-MODEL_KINDS = ("frozen_linear", "finetune", "gemma_frozen", "guard.student")
+MODEL_KINDS = ("frozen_linear", "finetune", "gemma_frozen", "gemma_lora", "guard.student")
 
 
 def build_guard(tensors: dict, config: dict, row: dict) -> Loaded:
     """A guard-like model by its config kind: the teacher guard (GuardModel: "frozen_linear", "finetune"; GemmaGuard:
-    "gemma_frozen") or the HarmAug student (StudentGuard: "guard.student"); all answer Moderate, ModerateBatch, ModerateStream and the
+    "gemma_frozen", "gemma_lora") or the HarmAug student (StudentGuard: "guard.student"); all answer Moderate, ModerateBatch, ModerateStream and the
     predictor, and the answer names the kind."""
     if config.get("kind") == "guard.student":
         from services.moderation.distill import StudentGuard
 
         student = StudentGuard.from_registry(tensors, config)
         return loaded(student, student.version, config, row)
-    if config.get("kind") not in ("frozen_linear", "finetune", "gemma_frozen"):
+    if config.get("kind") not in ("frozen_linear", "finetune", "gemma_frozen", "gemma_lora"):
         raise FailedPrecondition(f"model {row.get('name')!r} v{row.get('version')} is a {config.get('kind')!r}, "
                                  f"not one of {list(MODEL_KINDS)}", reason="NOT_A_GUARD_MODEL")
     from services.moderation.gemma_guard import guard_from_registry

@@ -1,4 +1,4 @@
-"""moderation.train_guard: train a guard ("frozen_linear", "finetune" or "gemma_frozen") from a labeled dataset artifact or the
+"""moderation.train_guard: train a guard ("frozen_linear", "finetune", "gemma_frozen" or "gemma_lora") from a labeled dataset artifact or the
 packaged seed set, as steps under run_steps (services.common.jobcontext: progress, cancellation, a checkpoint after
 every step, so a killed job resumes from the last one): the encoder's features, one Newton iteration a step, then
 (finetune) one epoch a step; decision defaults chosen on the validation split, and the model registered."""
@@ -172,6 +172,10 @@ def run_guard_training(ctx: JobContext) -> dict[str, Any]:
         from services.moderation.gemma_guard import GemmaGuardTraining
 
         job = GemmaGuardTraining(p, train, val, digest)
+    elif p.kind == "gemma_lora":  # the same, then LoRA epochs on the layers up to the read-out (gemma_lora.py)
+        from services.moderation.gemma_lora import GemmaLoRATraining
+
+        job = GemmaLoRATraining(p, train, val, digest)
     else:
         job = GuardTraining(p, train, val, digest)
     # the features (step 0) report progress up to 0.3; registration reports 1.0
