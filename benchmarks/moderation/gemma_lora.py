@@ -13,8 +13,10 @@ estimates of the same objective (guard.frozen_linear_objective), as the MiniLM "
 layers. The cheap way: the hidden states below the tuned layers are computed once and cached (the frozen layers do
 not change), so an epoch runs only the tuned layers. Decision defaults are chosen on validation for each guard
 (decision.choose_defaults), then the test rows are measured at them (benchmarks/moderation/gemma_guard.evaluate).
-Seeded (shuffles, LoRA init), no dropout; small runs (--every 6) repeat bit for bit, two full-size runs did
-not (RESULTS.md; cause not found)."""
+The adapters and the cached top-layer pass are the job kind "gemma_lora"'s code (services/moderation/gemma_lora.py:
+LoRALinear, add_lora, TopLayers, pad); the job's l2 (default 1e-4, here --l2) and its shuffle seeds (seed, epoch)
+are its own. Seeded (shuffles, LoRA init), no dropout; small runs (--every 6) repeat bit for bit, two full-size runs
+did not (RESULTS.md; cause not found)."""
 from __future__ import annotations
 
 import argparse
