@@ -229,7 +229,8 @@ def add_commands(sub, client_opts) -> None:
 
     sp = msub.add_parser("train-guard", help="train a guard model (a job; watched to its end)")
     client_opts(sp)
-    sp.add_argument("--dataset", help="labeled dataset artifact id (default: the packaged seed set)")
+    sp.add_argument("--dataset", help="labeled dataset artifact id (default: the packaged seed set; for the "
+                                      "gemma_* kinds the packaged real-request pairs)")
     sp.add_argument("--format", default="praxon", choices=["praxon", "bingoguard", "wildguardmix"])
     sp.add_argument("--kind", default="frozen_linear", choices=["frozen_linear", "finetune", "gemma_frozen",
                                                                  "gemma_lora"],

@@ -183,10 +183,24 @@ def dump_guard_jsonl(rows: Iterable[GuardExample]) -> bytes:
     return "".join(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode()
 
 
+PACKAGED_DATASETS = {
+    # hand-written, non-operational template rows (data/make_seed.py)
+    "seed": "guard_seed.jsonl",
+    # HarmBench and Do-Not-Answer requests, hand-written benign look-alikes, Gemma 3 270M's replies, split by source
+    # request (data/make_gemma_pairs.py)
+    "real_requests": "gemma_pairs.jsonl",
+}
+
+
+def load_packaged_dataset(name: str = "seed") -> list[GuardExample]:
+    """A labeled set shipped in services/moderation/data (PACKAGED_DATASETS)."""
+    data = resources.files("services.moderation.data").joinpath(PACKAGED_DATASETS[name]).read_bytes()
+    return parse_guard_jsonl(data)
+
+
 def load_seed_dataset() -> list[GuardExample]:
     """The packaged hand-written, non-operational seed set (services/moderation/data/guard_seed.jsonl)."""
-    data = resources.files("services.moderation.data").joinpath("guard_seed.jsonl").read_bytes()
-    return parse_guard_jsonl(data)
+    return load_packaged_dataset("seed")
 
 
 # ---------------------------------------------------------------------------------------------- importers

@@ -132,6 +132,22 @@ def test_a_killed_job_resumes_to_the_same_guard(trained, tiny_gemma, rows, crash
         assert torch.equal(t_ref[k], t_got[k]), k
 
 
+def test_without_a_dataset_a_gemma_guard_trains_on_the_real_request_pairs(tiny_gemma, rows):
+    """No dataset artifact: the Gemma kinds read the packaged real-request pairs (the MiniLM kinds the seed set)."""
+    import hashlib
+
+    from services.moderation.schema import load_packaged_dataset
+
+    ctx = _ctx(tiny_gemma, rows, max_iter=1)
+    del ctx.params["dataset_artifact_id"]
+    out = run_guard_training(ctx)
+    pairs = load_packaged_dataset("real_requests")
+    cfg = ctx.models[out["model_version_id"]][2]
+    assert cfg["dataset_sha256"] == hashlib.sha256(dump_guard_jsonl(pairs)).hexdigest()
+    assert (cfg["n_train"], cfg["n_validation"]) == (sum(r.split == "train" for r in pairs),
+                                                     sum(r.split == "validation" for r in pairs))
+
+
 def test_bad_gemma_params_name_the_field(tiny_gemma, rows):
     for params, field in [({"backbone_model_version_id": None}, "params.backbone_model_version_id"),
                           ({"layer": 0}, "params.layer"), ({"pool": "max"}, "params.pool")]:

@@ -1,5 +1,5 @@
 """Datasets of the moderation jobs: a labeled dataset artifact (praxon / BingoGuard / WildGuardMix JSONL) or the
-packaged seed set, and its train / validation split."""
+packaged set (the seed set, or the real-request pairs for the Gemma guards), and its train / validation split."""
 from __future__ import annotations
 
 import zlib
@@ -10,14 +10,16 @@ from services.moderation.schema import (
     GuardExample,
     import_bingoguard,
     import_wildguardmix,
-    load_seed_dataset,
+    load_packaged_dataset,
     parse_guard_jsonl,
 )
 
 
-def load_examples(ctx: JobContext, dataset_artifact_id: str | None, fmt: str) -> list[GuardExample]:
+def load_examples(ctx: JobContext, dataset_artifact_id: str | None, fmt: str, packaged: str = "seed"
+                  ) -> list[GuardExample]:
+    """The rows of a dataset artifact, or without one the packaged set `packaged` (schema.PACKAGED_DATASETS)."""
     if dataset_artifact_id is None:
-        return load_seed_dataset()
+        return load_packaged_dataset(packaged)
     data = ctx.read_artifact(dataset_artifact_id)
     if fmt == "praxon":
         return parse_guard_jsonl(data)

@@ -28,7 +28,7 @@ from services.moderation.guard import (
 )
 from services.moderation.jobs.data import load_examples, split_examples
 from services.moderation.metrics import guard_metrics
-from services.moderation.params import GuardTrainParams
+from services.moderation.params import GEMMA_KINDS, GuardTrainParams
 from services.moderation.schema import GuardExample, dump_guard_jsonl
 
 _FEATURE_CHUNK = 64
@@ -163,7 +163,9 @@ class GuardTraining:
 
 def run_guard_training(ctx: JobContext) -> dict[str, Any]:
     p = parse_params(GuardTrainParams, ctx.params, prefix="params.")
-    rows = load_examples(ctx, p.dataset_artifact_id, p.format)
+    # without a dataset: the Gemma kinds read the real-request pairs they were measured on, MiniLM's the seed set
+    packaged = "real_requests" if p.kind in GEMMA_KINDS else "seed"
+    rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged)
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
