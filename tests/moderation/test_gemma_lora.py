@@ -113,7 +113,8 @@ def test_training_registers_a_lora_guard_that_serves_like_the_others(trained_lor
     frozen = _guard(fctx, fout)[0].obj
     tr = [r for r in rows if r.split == "train"]
     args = ([r.text for r in tr], [r.role for r in tr], [r.prompt for r in tr])
-    y, l2 = Targets.from_examples(tr), ctx.params.get("l2", 1e-4)
+    y, l2 = Targets.from_examples(tr), g.config["l2"]
+    assert l2 == frozen.config["l2"] == 1e-3   # the Gemma kinds' default
     j_lora = float(frozen_linear_objective(g.heads, torch.from_numpy(g.features(*args)), y, l2))
     j_frozen = float(frozen_linear_objective(frozen.heads, torch.from_numpy(frozen.features(*args)), y, l2))
     epoch_loss = [e[2]["loss"] for e in ctx.events if e[1].startswith("epoch")]
