@@ -197,6 +197,11 @@ def main() -> None:
         probe[(lay, pool)] = average_precision(s, yv)
         print(f"layer {lay:2d} {pool:4s}: val AUPRC {probe[(lay, pool)]:.3f}", flush=True)
     chosen = [max((k for k in probe if k[1] == p), key=probe.get) for p in ("mean", "last")]
+    from services.moderation.params import GuardTrainParams
+
+    job_default = (GuardTrainParams.model_fields["layer"].default, GuardTrainParams.model_fields["pool"].default)
+    if job_default in probe and job_default not in chosen:  # the kind's default is always reported
+        chosen.insert(0, job_default)
     guards = {}
     for lay, pool in chosen:
         h = hs[specs.index((lay, pool))]
@@ -218,9 +223,7 @@ def main() -> None:
     print_table(results)
     if a.no_latency:
         return
-    best = max(guards, key=lambda k: next(r["recall_sev2"] - 10 * max(0, r["benign_blocked"] - 0.05)
-                                          for r in results if r["guard"].startswith(f"gemma_frozen layer {k[0]} "
-                                                                                     f"{k[1]}")))
+    best = chosen[0]  # the teacher and the timed guard: the kind's default (picked before any test row is seen)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     g = guards[best]
