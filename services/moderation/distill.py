@@ -6,7 +6,8 @@ Student ("guard.student"): a bag-of-n-grams network trained from scratch, fastTe
               V..V+B-1, blake2b), so unseen words still land on shared sub-word features;
   network     EmbeddingBag(mean, dim) of the text e, and of the prompt a response answers c (the same bag; zero
               when there is none) -> [e, role bit (response = 1), c, has-prompt bit] -> Linear(2*dim+2, hidden) -> ReLU
-              (so a response is judged with its prompt, as the teacher does), then heads
+              (so a response is judged with its prompt, as the teacher does; with `interaction`, also e * c in
+              the input), then heads
               unsafe   2 logits (safe, unsafe) as HarmAug's num_labels=2 sequence classifier
               topics   11 logits (multi-label)
               severity 11 x 4 "severity >= k" logits, slope shared across k plus one bias per k (the teacher's form);

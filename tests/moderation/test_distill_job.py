@@ -105,9 +105,30 @@ def test_no_augmentation_registers_the_plain_student(guard):
     assert not out["augmented"] and config["n_augment"] == 0 and "plain_val_unsafe_f1" in out["metrics"]
 
 
+def test_recombined_pairs_and_interaction_options(guard, seed_split):
+    train, val = seed_split
+    ctx, _ = _ctx(guard, n_augment=0, cross_pairs=80, epochs=2, train_plain=False, interaction=True)
+    out = run_distillation(ctx)
+    _, tensors, config, _ = _student(ctx)
+    assert out["augmented"] and config["n_augment"] == config["n_recombined"] == 80
+    assert config["student"]["interaction"] is True and StudentGuard.from_registry(tensors, config).cfg.interaction
+    assert config["augment_generator"] == "recombined" and out["metrics"]["n_recombined"] == 80
+    # the texts the teacher labelled: train, then the 80 recombined pairs (every piece a train row's), then validation
+    from services.moderation.distill import recombine_pairs
+
+    pairs = recombine_pairs(train, 80, seed=0)
+    train_texts = {r.text for r in train} | {r.prompt for r in train if r.prompt}
+    assert all(a.text in train_texts and a.prompt in train_texts for a in pairs)
+    assert not {(a.prompt, a.text) for a in pairs} & {(r.prompt, r.text) for r in train + val}
+    off, _ = _ctx(guard, augment=False, cross_pairs=80, epochs=1)   # the API's switch turns recombination off too
+    run_distillation(off)
+    assert _student(off)[2]["n_augment"] == 0
+
+
 def test_distillation_bad_params(guard):
     for params, field in [({"epochs": 0}, "params.epochs"), ({"n_augment": -1}, "params.n_augment"),
-                          ({"dim": 2}, "params.dim"), ({"augment": "yes"}, "params.augment"),
+                          ({"dim": 2}, "params.dim"), ({"cross_pairs": -1}, "params.cross_pairs"),
+                          ({"interaction": "yes"}, "params.interaction"), ({"augment": "yes"}, "params.augment"),
                           ({"format": "csv"}, "params.format"), ({"lr": 0}, "params.lr"),
                           ({"train_plain": False, "n_augment": 0}, "params.train_plain")]:
         ctx, _ = _ctx(guard, **params)

@@ -40,18 +40,19 @@ class Distillation:
 
     def __init__(self, p: DistillParams, train: list[GuardExample], val: list[GuardExample], aug: list,
                  generator: str):
-        from services.moderation.distill import StudentConfig, TrainConfig
+        from services.moderation.distill import RECOMBINED_SOURCE, StudentConfig, TrainConfig
 
         self.p, self.train, self.val, self.generator = p, train, val, generator
         self.texts = [r.text for r in train] + [a.text for a in aug] + [r.text for r in val]
         self.roles = [r.role for r in train] + [a.role for a in aug] + [r.role for r in val]
         self.contexts = [r.prompt for r in train] + [a.prompt for a in aug] + [r.prompt for r in val]
         self.n_tr, self.n_aug = len(train), len(aug)
+        self.n_recombined = sum(getattr(a, "source", None) == RECOMBINED_SOURCE for a in aug)
         self.runs = ([("plain", self.n_tr)] if p.train_plain else []) + (
             [("augmented", self.n_tr + self.n_aug)] if self.n_aug else [])
         self.n_chunks = -(-len(self.texts) // _DIST_CHUNK)
         self.total = self.n_chunks + len(self.runs) * p.epochs
-        self.scfg = StudentConfig(p.dim, p.hidden, p.buckets, p.min_count, p.max_vocab)
+        self.scfg = StudentConfig(p.dim, p.hidden, p.buckets, p.min_count, p.max_vocab, p.interaction)
         self.tc = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
                               warmup_fraction=p.warmup_fraction, max_norm=p.max_norm, aux_weight=p.aux_weight,
                               seed=p.seed)
@@ -148,10 +149,12 @@ class Distillation:
                 self.teacher.config.get("decision_defaults", {}).get("target_false_block_rate", 0.05)))
             metrics.update(student_val_default_false_block_rate=defaults["false_block_rate"],
                            student_val_default_recall=defaults["recall"])
-        metrics.update(n_train=float(n_tr), n_augment=float(n_aug), n_validation=float(len(val)),
+        metrics.update(n_train=float(n_tr), n_augment=float(n_aug), n_recombined=float(self.n_recombined),
+                       n_validation=float(len(val)),
                        augment_teacher_unsafe_fraction=float(self.hard_aug().mean()) if n_aug else 0.0)
         student.config = {"teacher_model_version_id": p.teacher_model_version_id, "augmented": bool(n_aug),
                           "augment_generator": self.generator if n_aug else None, "n_train": n_tr, "n_augment": n_aug,
+                          "n_recombined": self.n_recombined,
                           "train": {k: v for k, v in asdict(self.tc).items()},
                           "loss": "0.5*(CE(hard)+KL(teacher||student)) + aux_weight*BCE(topics,severity; teacher)",
                           **({"decision_defaults": defaults} if defaults else {})}
@@ -171,9 +174,12 @@ def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
     students on the validation split; registers the augmented student (kind "guard.student") with the metrics.
     With a generator in the params, the augmented texts are HarmAug's (instruction, response) pairs written by that
     language model (lm_generator; `generate` replaces its gRPC client in process); else the template grammar.
+    cross_pairs more are recombined from the train rows (distill.recombine_pairs: a train request with a train reply
+    it was not written for), labelled by the teacher like the generated ones.
     The texts are generated before the steps, with seeded sampling: a resumed job regenerates them, and its
     checkpoint is used only if they came out the same (run_steps' fingerprint covers every text)."""
     from services.moderation.augment import TemplateGenerator
+    from services.moderation.distill import RECOMBINED_SOURCE, recombine_pairs
 
     p = parse_params(DistillParams, ctx.params, prefix="params.")
     rows = load_examples(ctx, p.dataset_artifact_id, p.format)
@@ -194,6 +200,12 @@ def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
         if client is not None:
             client.close()
     name = gen.name if p.generator_name is None else f"{gen.name}:{p.generator_name}:{p.generator_version}"
+    names = [name] if n_gen else []
+    n_cross = p.effective_cross_pairs
+    if n_cross:   # train requests x train replies (recombination, no generator): only train rows, never validation
+        aug = aug + recombine_pairs(train, n_cross, seed=p.augment_seed)
+        names.append(RECOMBINED_SOURCE)
+    name = "+".join(names) or name
     job = Distillation(p, train, val, aug, name)
     return run_steps(ctx, job, checkpoint_every=_DIST_CKPT_EVERY, message=job.message, progress_span=(0.0, 0.95),
                      fingerprint=job.fingerprint())
