@@ -1,0 +1,105 @@
+"""The Gemma guards as a user gets them (issue 35's "default guard at its default thresholds"): Gemma 3 270M
+registered from its packaged GGUF as the generation service's import registers it, then the moderation.train_guard
+job run with nothing but the kind and the backbone (no dataset: the packaged real-request pairs; every other
+parameter at the job's default), the registered version loaded as serving loads it (serving.build_guard), and the
+test rows of the pairs moderated through the service's decision path (decision.moderate_items: chunking, the
+request as context, the registered decision defaults, level 2) in padded batches as the engine's batcher scores.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/moderation/gemma_job.py [--kinds gemma_lora,gemma_frozen]
+        [--cache /tmp/gemma/cache] [--seed 0]
+
+Printed per kind: the job's wall time, its validation metrics and defaults, and on the test rows: benign blocked
+(and benign requests blocked), recall of severity >= 2 rows and of all unsafe rows, AUPRC of the served unsafe score,
+severity within one / topic macro-F1 (whole-text predictions) and the pair rate (gemma_guard.pair_rate)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks.moderation.gemma_guard import pair_rate  # noqa: E402
+from services.moderation.guard import Targets  # noqa: E402
+from services.moderation.metrics import average_precision, guard_metrics  # noqa: E402
+
+
+def measure(guard, test) -> dict:
+    from services.moderation.decision import Item, Thresholds, moderate_items
+
+    res = moderate_items(guard, [Item(r.text, r.role, r.prompt) for r in test], Thresholds(), batched=True)
+    blocked = np.array([x.blocked for x in res])
+    score = np.array([x.unsafe_score for x in res])
+    y = np.array([r.unsafe for r in test])
+    sev = np.array([max(r.severity.values()) for r in test])
+    benign_req = ~y & np.array([r.role == "prompt" for r in test])
+    whole = guard.predict_proba_batched([r.text for r in test], [r.role for r in test], [r.prompt for r in test])
+    m = guard_metrics(whole, Targets.from_examples(test))
+    pr, n_pairs = pair_rate(test, blocked)
+    return {"benign_blocked": float(blocked[~y].mean()), "benign_requests_blocked": float(blocked[benign_req].mean()),
+            "recall_sev2": float(blocked[y & (sev >= 2)].mean()), "recall_all": float(blocked[y].mean()),
+            "auprc": average_precision(score, y), "severity_within_one": m.get("severity_within_one"),
+            "topic_macro_f1": m["topic_macro_f1"], "pair_rate": pr, "n_pairs": n_pairs,
+            "kinds_answered": sorted({x.model_kind for x in res})}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kinds", default="gemma_lora,gemma_frozen")
+    ap.add_argument("--cache", default="/tmp/gemma/cache")
+    ap.add_argument("--seed", type=int, default=0, help="the job's seed (LoRA init and shuffles)")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    from services.common import hf
+    from services.common.jobcontext import InMemoryJobContext
+    from services.generation import pretrained
+    from services.moderation.jobs.train_guard import run_guard_training
+    from services.moderation.schema import load_packaged_dataset
+    from services.moderation.serving import build_guard
+
+    t0 = time.time()
+    tensors, config = hf.gguf_to_registry(pretrained.gguf_file(a.cache))
+    print(f"Gemma 3 270M registered from its GGUF: {time.time() - t0:.0f} s", flush=True)
+    test = [r for r in load_packaged_dataset("real_requests") if r.split == "test"]
+    rows = []
+    for kind in a.kinds.split(","):
+        ctx = InMemoryJobContext(params={})
+        lm = ctx.register_model("gemma-3-270m", tensors, kind="language_model", config=config)
+        ctx.params.update({"kind": kind, "backbone_model_version_id": lm.model_version_id, "seed": a.seed,
+                           "model_name": f"guard-{kind}"})
+        t0 = time.time()
+        out = run_guard_training(ctx)
+        took = time.time() - t0
+        _info, g_tensors, g_config, _lineage = ctx.models[out["model_version_id"]]
+        guard = build_guard(g_tensors, g_config, {"name": f"guard-{kind}", "version": 1,
+                                                  "id": out["model_version_id"]}).obj
+        d = g_config["decision_defaults"]
+        print(f"\n## {kind}: job {took:.0f} s; params l2 {g_config['l2']}, layer {g_config['backbone']['layer']}"
+              f"{', lora ' + str(g_config['backbone'].get('lora')) if 'lora' in g_config['backbone'] else ''}",
+              flush=True)
+        print(f"validation (chosen there): unsafe >= {d['unsafe_threshold']}, topic >= {d['topic_threshold']}, "
+              f"benign blocked {d['false_block_rate']:.3f}, recall sev>=2 {d['recall']:.3f}; "
+              f"val AUPRC {out['metrics'].get('val_unsafe_auprc', float('nan')):.3f}", flush=True)
+        t0 = time.time()
+        m = measure(guard, test)
+        print(f"test ({len(test)} rows, {time.time() - t0:.0f} s): " + ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()), flush=True)
+        rows.append((kind, m))
+    print("\n| kind (job defaults, seed %d) | benign blocked | benign requests blocked | recall sev>=2 | AUPRC | "
+          "severity within one | topic macro-F1 | pair rate |" % a.seed)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, m in rows:
+        print(f"| {kind} | {m['benign_blocked']:.3f} | {m['benign_requests_blocked']:.3f} | {m['recall_sev2']:.3f} | "
+              f"{m['auprc']:.3f} | {m['severity_within_one']:.3f} | {m['topic_macro_f1']:.3f} | "
+              f"{m['pair_rate']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
