@@ -155,7 +155,7 @@ class DistillParams(JobParams):
     """moderation.distill: HarmAug distillation of a registered guard into a small student (distill.py)."""
 
     teacher_model_version_id: str = Field(min_length=1)
-    dataset_artifact_id: str | None = ArtifactId      # None: the packaged seed set
+    dataset_artifact_id: str | None = ArtifactId      # None: the packaged set of the teacher's kind (seed; Gemma: real requests)
     format: Format = "praxon"
     validation_fraction: float = Field(0.2, ge=0, lt=1)
     model_name: ModelName = "guard-student"

@@ -149,6 +149,23 @@ def test_without_a_dataset_a_gemma_guard_trains_on_the_real_request_pairs(tiny_g
                                                      sum(r.split == "validation" for r in pairs))
 
 
+def test_a_gemma_teacher_is_distilled_on_the_real_request_pairs(trained):
+    """moderation.distill without a dataset reads the packaged set of its teacher's kind: the real-request pairs for
+    a Gemma guard (the seed set for a MiniLM one, tests/moderation/test_distill_job.py)."""
+    from services.moderation.jobs.distill import run_distillation
+    from services.moderation.schema import load_packaged_dataset
+
+    _ctx0, out = trained
+    _info, tensors, config, _lineage = _ctx0.models[out["model_version_id"]]
+    ctx = InMemoryJobContext(params={})
+    teacher = ctx.register_model("guard-gemma", tensors, kind="guard/gemma_frozen", config=config)
+    ctx.params.update({"teacher_model_version_id": teacher.model_version_id, "augment": False, "epochs": 1})
+    res = run_distillation(ctx)
+    pairs = load_packaged_dataset("real_requests")
+    assert res["metrics"]["n_train"] == sum(r.split == "train" for r in pairs)
+    assert res["metrics"]["n_validation"] == sum(r.split == "validation" for r in pairs)
+
+
 def test_bad_gemma_params_name_the_field(tiny_gemma, rows):
     for params, field in [({"backbone_model_version_id": None}, "params.backbone_model_version_id"),
                           ({"layer": 0}, "params.layer"), ({"pool": "max"}, "params.pool")]:

@@ -16,7 +16,7 @@ from services.common.params import parse_params
 from services.moderation.gemma_guard import guard_from_registry
 from services.moderation.jobs.data import load_examples, split_examples
 from services.moderation.metrics import average_precision, f1_score
-from services.moderation.params import DistillParams
+from services.moderation.params import GEMMA_KINDS, DistillParams
 from services.moderation.schema import GuardExample
 
 _DIST_CHUNK = 64      # texts the teacher labels a step
@@ -39,10 +39,10 @@ class Distillation:
     weights are not needed); the last one is the registered student."""
 
     def __init__(self, p: DistillParams, train: list[GuardExample], val: list[GuardExample], aug: list,
-                 generator: str):
+                 generator: str, teacher=None):
         from services.moderation.distill import RECOMBINED_SOURCE, StudentConfig, TrainConfig
 
-        self.p, self.train, self.val, self.generator = p, train, val, generator
+        self.p, self.train, self.val, self.generator, self.teacher = p, train, val, generator, teacher
         self.texts = [r.text for r in train] + [a.text for a in aug] + [r.text for r in val]
         self.roles = [r.role for r in train] + [a.role for a in aug] + [r.role for r in val]
         self.contexts = [r.prompt for r in train] + [a.prompt for a in aug] + [r.prompt for r in val]
@@ -68,8 +68,8 @@ class Distillation:
         return f"{self.runs[run][0]} student epoch {epoch + 1}"
 
     def setup(self, ctx: JobContext) -> None:
-        tensors, tconfig = ctx.load_model(self.p.teacher_model_version_id)
-        self.teacher = guard_from_registry(tensors, tconfig, version=self.p.teacher_model_version_id)
+        if self.teacher is None:
+            self.teacher = load_teacher(ctx, self.p)
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _LABELS}
         self.metrics: dict[str, float] = {}  # of the runs finished before the last
         self.run, self.trainer = -1, None
@@ -182,7 +182,10 @@ def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
     from services.moderation.distill import RECOMBINED_SOURCE, recombine_pairs
 
     p = parse_params(DistillParams, ctx.params, prefix="params.")
-    rows = load_examples(ctx, p.dataset_artifact_id, p.format)
+    teacher = load_teacher(ctx, p)
+    # without a dataset: the packaged set a guard of the teacher's kind trains on (jobs/train_guard.py)
+    packaged = "real_requests" if teacher.config.get("kind") in GEMMA_KINDS else "seed"
+    rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged)
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
@@ -206,9 +209,14 @@ def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
         aug = aug + recombine_pairs(train, n_cross, seed=p.augment_seed)
         names.append(RECOMBINED_SOURCE)
     name = "+".join(names) or name
-    job = Distillation(p, train, val, aug, name)
+    job = Distillation(p, train, val, aug, name, teacher)
     return run_steps(ctx, job, checkpoint_every=_DIST_CKPT_EVERY, message=job.message, progress_span=(0.0, 0.95),
                      fingerprint=job.fingerprint())
+
+
+def load_teacher(ctx: JobContext, p: DistillParams):
+    tensors, tconfig = ctx.load_model(p.teacher_model_version_id)
+    return guard_from_registry(tensors, tconfig, version=p.teacher_model_version_id)
 
 
 def lm_generator(ctx: JobContext, p: DistillParams, generate=None):
