@@ -6,7 +6,7 @@ test rows of the pairs moderated through the service's decision path (decision.m
 request as context, the registered decision defaults, level 2) in padded batches as the engine's batcher scores.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/moderation/gemma_job.py [--kinds gemma_lora,gemma_frozen]
-        [--cache /tmp/gemma/cache] [--seed 0]
+        [--cache /tmp/gemma/cache] [--seed 0] [--student]
 
 Printed per kind: the job's wall time, its validation metrics and defaults, and on the test rows: benign blocked
 (and benign requests blocked), recall of severity >= 2 rows and of all unsafe rows, AUPRC of the served unsafe score,
@@ -50,11 +50,52 @@ def measure(guard, test) -> dict:
             "kinds_answered": sorted({x.model_kind for x in res})}
 
 
+def student_of(ctx, teacher_id: str, teacher, test, seed: int) -> None:
+    """The HarmAug student of a registered guard, distilled by the moderation.distill job at its defaults (no dataset:
+    the packaged set of the teacher's kind; 1200 template texts labelled by the teacher), served at its own registered
+    defaults; its decisions' agreement with the teacher's on the test rows, both through the decision path, and the
+    cost per text of each at batch 1 and through padded batches of 32 (one thread, this process)."""
+    from services.moderation.decision import Item, Thresholds, moderate_items
+    from services.moderation.jobs.distill import run_distillation
+    from services.moderation.serving import build_guard
+
+    ctx.params.clear()
+    ctx.params.update({"teacher_model_version_id": teacher_id, "model_name": "guard-student", "seed": seed})
+    t0 = time.time()
+    out = run_distillation(ctx)
+    took = time.time() - t0
+    _i, st, sc, _l = ctx.models[out["model_version_id"]]
+    student = build_guard(st, sc, {"name": "guard-student", "version": 1, "id": out["model_version_id"]}).obj
+    items = [Item(r.text, r.role, r.prompt) for r in test]
+    bt = np.array([x.blocked for x in moderate_items(teacher, items, Thresholds(), batched=True)])
+    own = np.array([x.blocked for x in moderate_items(student, items, Thresholds(), batched=True)])
+    at_teacher = np.array([x.blocked for x in moderate_items(
+        student, items, Thresholds(), batched=True, decision_defaults=teacher.config["decision_defaults"])])
+    m = measure(student, test)
+    print(f"\n## student of {teacher.kind} (distill job defaults, {took:.0f} s; "
+          f"{int(out['metrics']['n_train'])} train rows + {int(out['metrics']['n_augment'])} augmented)", flush=True)
+    print(f"test decision agreement with the teacher: at the student's own defaults {(own == bt).mean():.3f}, at "
+          f"the teacher's {(at_teacher == bt).mean():.3f}; student: " + ", ".join(
+              f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)), flush=True)
+    some = items[:32]
+    for name, g in ((teacher.kind, teacher), ("student", student)):
+        t0 = time.time()
+        for it in some:
+            moderate_items(g, [it], Thresholds())
+        one = (time.time() - t0) / len(some)
+        t0 = time.time()
+        moderate_items(g, some, Thresholds(), batched=True)
+        print(f"cost per text, {name}: batch 1 {1000 * one:.2f} ms, batched {1000 * (time.time() - t0) / len(some):.2f}"
+              f" ms", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kinds", default="gemma_lora,gemma_frozen")
     ap.add_argument("--cache", default="/tmp/gemma/cache")
     ap.add_argument("--seed", type=int, default=0, help="the job's seed (LoRA init and shuffles)")
+    ap.add_argument("--student", action="store_true",
+                    help="also distill the first kind's guard with the moderation.distill job's defaults")
     a = ap.parse_args()
     torch.set_num_threads(1)
     from services.common import hf
@@ -92,6 +133,8 @@ def main() -> None:
         print(f"test ({len(test)} rows, {time.time() - t0:.0f} s): " + ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()), flush=True)
         rows.append((kind, m))
+        if a.student and kind == a.kinds.split(",")[0]:
+            student_of(ctx, out["model_version_id"], guard, test, a.seed)
     print("\n| kind (job defaults, seed %d) | benign blocked | benign requests blocked | recall sev>=2 | AUPRC | "
           "severity within one | topic macro-F1 | pair rate |" % a.seed)
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
