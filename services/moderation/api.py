@@ -398,6 +398,12 @@ class ModerationServicer(moderation_pb2_grpc.ModerationServiceServicer):
             raw["backbone_model_version_id"] = lm["generator_model_version_id"]
         elif request.HasField("backbone_model"):
             raise InvalidArgument("backbone_model", "only for kinds GUARD_KIND_GEMMA_FROZEN and GUARD_KIND_GEMMA_LORA")
+        if request.HasField("teacher_model"):
+            if raw["kind"] != "frozen_linear":
+                raise InvalidArgument("teacher_model", "only for kind GUARD_KIND_FROZEN_LINEAR (distilled heads)")
+            key = ref_key(tenant, request.teacher_model, self.config.default_guard)
+            row = await asyncio.to_thread(self.guards.resolve, key, "teacher_model")
+            raw["teacher_model_version_id"] = str(row["id"])
         params = parse_params(mp.GuardTrainParams, raw)
         return pb.StartGuardTrainingJobResponse(job=await self._submit(tenant, "moderation.train_guard", params,
                                                                        request))

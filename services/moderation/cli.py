@@ -94,6 +94,8 @@ def cmd_train_guard(args) -> None:
         kind=pb.GuardKind.Value(f"GUARD_KIND_{args.kind.upper()}"), idempotency_key=new_idempotency_key())
     if ref := _model_ref(args.backbone_model):
         req.backbone_model.CopyFrom(ref)
+    if ref := _model_ref(args.teacher_model):
+        req.teacher_model.CopyFrom(ref)
     if args.pool:
         req.pool = pb.GuardPooling.Value(f"GUARD_POOLING_{args.pool.upper()}")
     for name in ("max_iter", "epochs", "layer", "max_tokens", "lora_rank", "lora_layers"):
@@ -246,6 +248,8 @@ def add_commands(sub, client_opts) -> None:
     sp.add_argument("--lora-rank", type=int, help="gemma_lora: rank of the adapters (default 8)")
     sp.add_argument("--lora-layers", type=int, help="gemma_lora: decoder layers up to --layer with adapters "
                                                      "(default 2)")
+    sp.add_argument("--teacher-model", help="frozen_linear: distil this registered guard (e.g. a Gemma guard) into "
+                                            "the heads, its probabilities as soft labels; NAME[:VERSION|@ALIAS]")
     sp.set_defaults(func=cmd_train_guard)
 
     sp = msub.add_parser("train-policy-scorer", help="train the custom-policy scorer (a job)")

@@ -184,14 +184,18 @@ class Targets:
 
     @classmethod
     def from_examples(cls, rows: Sequence[GuardExample]) -> Targets:
-        n = len(rows)
-        y_u = np.array([float(r.unsafe) for r in rows])
+        n = len(rows)   # soft labels (a teacher's probabilities, schema.GuardExample) replace the hard ones
+        y_u = np.array([float(r.unsafe) if r.unsafe_p is None else r.unsafe_p for r in rows])
         y_t = np.zeros((n, N_TOPICS))
-        known = np.array([r.topics_known for r in rows], dtype=bool)
+        known = np.array([r.topics_known or r.topic_p is not None for r in rows], dtype=bool)
         sev = -np.ones((n, N_TOPICS), dtype=np.int64)
         for i, r in enumerate(rows):
             for t in r.topics:
                 y_t[i, TOPIC_INDEX[t]] = 1.0
+            if r.topic_p is not None:
+                y_t[i] = 0.0
+                for t, v in r.topic_p.items():
+                    y_t[i, TOPIC_INDEX[t]] = v
             for t, v in r.severity.items():
                 sev[i, TOPIC_INDEX[t]] = v
         return cls(y_u, y_t, known, sev)

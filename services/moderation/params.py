@@ -72,6 +72,10 @@ class GuardTrainParams(JobParams):
     lora_rank: StrictInt = Field(8, ge=1, le=256)
     lora_alpha: float = Field(16.0, gt=0, le=4096)
     lora_layers: StrictInt = Field(2, ge=1, le=256, validate_default=True)
+    # frozen_linear only: distil a registered guard (e.g. a Gemma guard) into these heads. The teacher's
+    # probabilities become the train rows' soft labels (and its levels their severities), stored as the version's
+    # lineage dataset, so the unlearning service certifies deletions against the objective the heads minimised.
+    teacher_model_version_id: str | None = Field(default=None, min_length=1, max_length=200)
 
     @field_validator("l2")
     @classmethod
@@ -89,6 +93,13 @@ class GuardTrainParams(JobParams):
         kind = info.data.get("kind")
         if v is None and kind in GEMMA_KINDS:
             raise ValueError(f"required for kind {kind} (the registered language model to read)")
+        return v
+
+    @field_validator("teacher_model_version_id")
+    @classmethod
+    def _teacher_for_frozen_linear(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("kind") != "frozen_linear":
+            raise ValueError("only kind frozen_linear is distilled from a teacher guard")
         return v
 
     @field_validator("lora_layers")

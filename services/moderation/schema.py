@@ -44,6 +44,10 @@ class GuardExample:
     id: str | None = None
     source: str | None = None
     prompt: str | None = None   # response rows: the prompt it answers (context of the response's verdict)
+    # Soft labels (a teacher's probabilities, written by a distilling guard training): when present they, not
+    # `unsafe` / `topics`, are the training targets of P(unsafe) and of each topic (guard.Targets).
+    unsafe_p: float | None = None
+    topic_p: Mapping[str, float] | None = None
 
     @property
     def topics_known(self) -> bool:
@@ -53,9 +57,11 @@ class GuardExample:
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"text": self.text, "role": self.role, "unsafe": self.unsafe, "topics": list(self.topics),
                              "severity": dict(self.severity) if self.severity else None}
-        for k in ("split", "id", "source", "prompt"):
+        for k in ("split", "id", "source", "prompt", "unsafe_p"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
+        if self.topic_p is not None:
+            d["topic_p"] = dict(self.topic_p)
         return d
 
 
@@ -133,10 +139,28 @@ def validate_row(obj: Any, i: int) -> tuple[GuardExample | None, list[FieldViola
             vs.append(FieldViolation(f"{p}.prompt", f"longer than {MAX_TEXT_CHARS} characters"))
         elif role != "response":
             vs.append(FieldViolation(f"{p}.prompt", "only a response row has a prompt (the one it answers)"))
+    unsafe_p, topic_p = obj.get("unsafe_p"), obj.get("topic_p")
+    if unsafe_p is not None and not _is_probability(unsafe_p):
+        vs.append(FieldViolation(f"{p}.unsafe_p", "must be a probability (a number in [0, 1])"))
+    if topic_p is not None:
+        if not isinstance(topic_p, dict):
+            vs.append(FieldViolation(f"{p}.topic_p", "must be an object {topic: probability}"))
+        else:
+            for k, v in topic_p.items():
+                if k not in TOPIC_INDEX:
+                    vs.append(FieldViolation(f"{p}.topic_p.{k}", f"unknown topic {k!r}; expected one of S1..S11"))
+                elif not _is_probability(v):
+                    vs.append(FieldViolation(f"{p}.topic_p.{k}", "must be a probability (a number in [0, 1])"))
     if vs:
         return None, vs
     return GuardExample(text=text, role=role, unsafe=unsafe, topics=tuple(topics), severity=severity,
-                        split=split, id=obj.get("id"), source=obj.get("source"), prompt=prompt), []
+                        split=split, id=obj.get("id"), source=obj.get("source"), prompt=prompt,
+                        unsafe_p=None if unsafe_p is None else float(unsafe_p),
+                        topic_p=None if topic_p is None else {k: float(v) for k, v in topic_p.items()}), []
+
+
+def _is_probability(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= 1.0
 
 
 def _lines(text: str) -> list[str]:

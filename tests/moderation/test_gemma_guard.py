@@ -333,7 +333,10 @@ def test_gemma_guard_training_request_errors_name_the_field(api_env):
               grpc.StatusCode.INVALID_ARGUMENT, "max_tokens"),
              ({"kind": gemma, "backbone_model": ref(name="gemma-tiny"), "pool": 9},
               grpc.StatusCode.INVALID_ARGUMENT, "pool"),
-             ({"kind": 7}, grpc.StatusCode.INVALID_ARGUMENT, "kind")]
+             ({"kind": 7}, grpc.StatusCode.INVALID_ARGUMENT, "kind"),
+             ({"kind": gemma, "backbone_model": ref(name="gemma-tiny"), "teacher_model": ref(name="guard")},
+              grpc.StatusCode.INVALID_ARGUMENT, "teacher_model"),   # only frozen_linear heads are distilled
+             ({"teacher_model": ref(name="no-such-guard")}, grpc.StatusCode.FAILED_PRECONDITION, None)]
     for fields, code, field in cases:
         with pytest.raises(grpc.RpcError) as ei:
             e.stub.StartGuardTrainingJob(pb.StartGuardTrainingJobRequest(**fields), metadata=e.md)

@@ -74,11 +74,29 @@ def test_shipped_seed_file_is_what_make_seed_writes(seed_rows):
     ({**GOOD, "text": "   "}, "rows[2].text"),
     ({**GOOD, "unsafe": "yes"}, "rows[2].unsafe"),
     ({**GOOD, "split": "dev"}, "rows[2].split"),
+    ({**GOOD, "unsafe_p": 1.5}, "rows[2].unsafe_p"),
+    ({**GOOD, "unsafe_p": True}, "rows[2].unsafe_p"),
+    ({**GOOD, "topic_p": [0.5]}, "rows[2].topic_p"),
+    ({**GOOD, "topic_p": {"S12": 0.5}}, "rows[2].topic_p.S12"),
+    ({**GOOD, "topic_p": {"S1": "high"}}, "rows[2].topic_p.S1"),
 ])
 def test_schema_violation_names_row_and_field(bad, field):
     with pytest.raises(InvalidArgument) as e:
         parse_guard_jsonl(_jsonl([GOOD, GOOD, bad, GOOD]))
     assert e.value.violations[0].field == field
+
+
+def test_soft_labels_round_trip_and_are_the_targets():
+    """A distilled guard's rows carry a teacher's probabilities (unsafe_p, topic_p): they survive dump/parse and
+    replace the hard labels as guard.Targets."""
+    from services.moderation.guard import Targets
+
+    row = {**GOOD, "unsafe": True, "topics": ["S1"], "severity": 2, "unsafe_p": 0.7, "topic_p": {"S1": 0.6, "S3": 0.2}}
+    (ex,) = parse_guard_jsonl(_jsonl([row]))
+    assert parse_guard_jsonl(dump_guard_jsonl([ex])) == [ex]
+    y = Targets.from_examples([ex])
+    assert y.unsafe[0] == 0.7 and y.topic[0, 0] == 0.6 and y.topic[0, 2] == 0.2 and y.topic[0].sum() == 0.8
+    assert y.severity[0, 0] == 2   # the row's own level
 
 
 def test_invalid_json_and_blank_lines_keep_line_numbers():

@@ -143,3 +143,47 @@ def test_an_empty_block_is_held_at_its_initial_values():
     res = newton.newton_to_radius(problem, X, Y, problem.zeros(), 1e-6)
     h, h0 = problem.unflatten(res.theta), problem.unflatten(problem.init())
     assert res.converged and torch.allclose(h["sev_w"], h0["sev_w"]) and torch.allclose(h["sev_b"], h0["sev_b"])
+
+
+def test_a_guard_distilled_from_a_teacher_is_certified_on_its_soft_labels(guard):
+    """frozen_linear heads distilled from a registered guard (train_guard's teacher_model_version_id): the train rows'
+    soft labels are the teacher's probabilities, stored as the new version's lineage dataset; the heads minimise the
+    objective on them, and certified unlearning of that version reads the same labels."""
+    from services.moderation.guard import GuardModel
+    from services.moderation.jobs.train_guard import run_guard_training
+    from services.moderation.schema import parse_guard_jsonl
+
+    ctx, ds, out, train_ids = guard
+    ctx.params = {"dataset_artifact_id": ds, "model_name": "guard-distilled", "l2": 1e-2,
+                  "teacher_model_version_id": out["model_version_id"]}
+    dist = run_guard_training(ctx)
+    _info, tensors, config, lineage = ctx.models[dist["model_version_id"]]
+    assert lineage["parent_version_ids"] == [out["model_version_id"]] == [config["teacher_model_version_id"]]
+    soft_ds = lineage["dataset_artifact_id"]
+    rows = parse_guard_jsonl(ctx.read_artifact(soft_ds))
+    train = [r for r in rows if r.split == "train"]
+    assert soft_ds != ds and [r.id for r in train] == train_ids
+    assert all(r.unsafe_p is None and r.topic_p is None for r in rows if r.split == "validation")
+    teacher = GuardModel.from_registry(*ctx.load_model(out["model_version_id"]))
+    p = teacher.predict_proba([r.text for r in train], [r.role for r in train], [r.prompt for r in train])
+    np.testing.assert_allclose([r.unsafe_p for r in train], p["unsafe"], atol=1e-4)
+    np.testing.assert_allclose([[r.topic_p[t] for t in sorted(r.topic_p, key=lambda t: int(t[1:]))] for r in train],
+                               p["topics"], atol=1e-4)
+    # the soft labels are the heads' targets, and the heads their minimiser
+    rows_, ids, phi, Y = _data(ctx, soft_ds, config)
+    assert ids == train_ids and torch.allclose(Y[:, 0], torch.tensor([r.unsafe_p for r in train], dtype=Y.dtype))
+    assert 0 < float(((Y[:, 0] > 0) & (Y[:, 0] < 1)).double().mean())   # soft, not 0/1
+    problem = guard_heads.GuardHeadsProblem(mu=config["l2"], dim=config["feature_dim"])
+    assert problem.gradient(problem.from_tensors(tensors), phi, Y).norm() < 1e-5
+    # certified deletion from the distilled version, against its soft-labelled lineage dataset
+    forget = train_ids[30:35]
+    ctx.params = {"model_version_id": dist["model_version_id"], "forget_record_ids": forget,
+                  "dataset_artifact_id": soft_ds, "method": "certified_noisy_minimizer", "r": R, "epsilon": 1.0,
+                  "delta": 1e-5}
+    res = jobs.run_unlearning(ctx)
+    assert res["certified"] and res["certificate"]["certified"]
+    keep = torch.tensor([i for i, rid in enumerate(ids) if rid not in set(forget)])
+    ref = newton.newton_to_radius(problem, phi[keep], Y[keep], problem.zeros(), R)
+    cfg_u = ctx.models[res["model_version_id"]][2]
+    theta_u = loads_state(ctx.artifacts[cfg_u["state_artifact_id"]][1])["theta_private"]
+    assert ref.converged and float((theta_u - ref.theta).norm()) <= 2 * R

@@ -154,21 +154,62 @@ class GuardTraining:
                 phi_va = model.features([r.text for r in val], [r.role for r in val], [r.prompt for r in val])
         metrics = validation_defaults(model, phi_va, val, p.target_false_block_rate) if val else {}
         tensors, cfg = model.to_registry()
+        teacher = [p.teacher_model_version_id] if p.teacher_model_version_id else []
+        if teacher:
+            cfg["teacher_model_version_id"] = teacher[0]
         info = ctx.register_model(p.model_name, tensors, kind=f"guard/{p.kind}", config=cfg, metrics=metrics,
-                                  dataset_artifact_id=p.dataset_artifact_id)
+                                  dataset_artifact_id=p.dataset_artifact_id, parent_version_ids=teacher or None)
         ctx.progress(1.0, "registered", **metrics)
         return {"model_version_id": info.model_version_id, "name": info.name, "kind": p.kind, "metrics": metrics,
                 "decision_defaults": cfg.get("decision_defaults"), "model_fingerprint": model.fingerprint()}
 
 
+def teacher_labelled(ctx: JobContext, teacher, rows: list[GuardExample], train: list[GuardExample],
+                     val: list[GuardExample]) -> list[GuardExample]:
+    """The rows for distilling `teacher` into frozen_linear heads: each train row gains the teacher's probabilities
+    as soft labels (unsafe_p, topic_p: guard.Targets trains P(unsafe) and the topics on them; the severity heads keep
+    the row's own levels, the teacher's being no probabilities); validation rows keep their labels only (the decision
+    defaults are chosen against them). Every row's split is written out, so the stored set splits the same way."""
+    import dataclasses
+
+    from services.moderation.taxonomy import TOPICS
+
+    predict = getattr(teacher, "predict_proba_batched", teacher.predict_proba)
+    out: list[GuardExample] = []
+    for k in range(0, len(train), _FEATURE_CHUNK):
+        ctx.check_cancelled()
+        part = train[k:k + _FEATURE_CHUNK]
+        pred = predict([r.text for r in part], [r.role for r in part], [r.prompt for r in part])
+        for i, r in enumerate(part):
+            out.append(dataclasses.replace(r, split="train", unsafe_p=float(pred["unsafe"][i]),
+                                           topic_p={t: float(pred["topics"][i, j]) for j, t in enumerate(TOPICS)}))
+        ctx.progress(0.0, f"teacher labels {k + len(part)}/{len(train)}")
+    return out + [dataclasses.replace(r, split="validation") for r in val]
+
+
 def run_guard_training(ctx: JobContext) -> dict[str, Any]:
     p = parse_params(GuardTrainParams, ctx.params, prefix="params.")
-    # without a dataset: the Gemma kinds read the real-request pairs they were measured on, MiniLM's the seed set
-    packaged = "real_requests" if p.kind in GEMMA_KINDS else "seed"
+    # without a dataset: the Gemma kinds read the real-request pairs they were measured on, MiniLM's the seed set;
+    # a distilled guard, the set of its teacher's kind
+    teacher = None
+    kind = p.kind
+    if p.teacher_model_version_id is not None:
+        from services.moderation.gemma_guard import guard_from_registry
+
+        tensors, tconfig = ctx.load_model(p.teacher_model_version_id)
+        teacher = guard_from_registry(tensors, tconfig, version=p.teacher_model_version_id)
+        kind = tconfig.get("kind")
+    packaged = "real_requests" if kind in GEMMA_KINDS else "seed"
     rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged)
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
+    if teacher is not None:   # the soft-labelled set is the version's lineage dataset
+        rows = teacher_labelled(ctx, teacher, rows, train, val)
+        train, val = split_examples(rows, p.validation_fraction)
+        p = p.model_copy(update={"dataset_artifact_id": ctx.write_artifact(
+            "guard-distilled.jsonl", dump_guard_jsonl(rows), "application/jsonl",
+            {"teacher_model_version_id": p.teacher_model_version_id})})
     digest = hashlib.sha256(dump_guard_jsonl(rows)).hexdigest()
     if p.kind == "gemma_frozen":  # the heads over a registered LM's hidden states (gemma_guard.py)
         from services.moderation.gemma_guard import GemmaGuardTraining

@@ -274,7 +274,7 @@ class PolicySource(_message.Message):
     def __init__(self, chunks: _Optional[_Iterable[_Union[PolicyChunk, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class StartGuardTrainingJobRequest(_message.Message):
-    __slots__ = ("dataset_artifact_id", "format", "model_name", "kind", "l2", "max_iter", "epochs", "trainable_layers", "lr", "head_lr", "batch_size", "seed", "validation_fraction", "idempotency_key", "backbone_model", "layer", "pool", "max_tokens", "lora_rank", "lora_alpha", "lora_layers")
+    __slots__ = ("dataset_artifact_id", "format", "model_name", "kind", "l2", "max_iter", "epochs", "trainable_layers", "lr", "head_lr", "batch_size", "seed", "validation_fraction", "idempotency_key", "backbone_model", "layer", "pool", "max_tokens", "lora_rank", "lora_alpha", "lora_layers", "teacher_model")
     DATASET_ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,7 @@ class StartGuardTrainingJobRequest(_message.Message):
     LORA_RANK_FIELD_NUMBER: _ClassVar[int]
     LORA_ALPHA_FIELD_NUMBER: _ClassVar[int]
     LORA_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    TEACHER_MODEL_FIELD_NUMBER: _ClassVar[int]
     dataset_artifact_id: str
     format: DatasetFormat
     model_name: str
@@ -317,7 +318,8 @@ class StartGuardTrainingJobRequest(_message.Message):
     lora_rank: int
     lora_alpha: float
     lora_layers: int
-    def __init__(self, dataset_artifact_id: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., model_name: _Optional[str] = ..., kind: _Optional[_Union[GuardKind, str]] = ..., l2: _Optional[float] = ..., max_iter: _Optional[int] = ..., epochs: _Optional[int] = ..., trainable_layers: _Optional[int] = ..., lr: _Optional[float] = ..., head_lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., validation_fraction: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., backbone_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., layer: _Optional[int] = ..., pool: _Optional[_Union[GuardPooling, str]] = ..., max_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., lora_layers: _Optional[int] = ...) -> None: ...
+    teacher_model: _common_pb2.ModelRef
+    def __init__(self, dataset_artifact_id: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ..., model_name: _Optional[str] = ..., kind: _Optional[_Union[GuardKind, str]] = ..., l2: _Optional[float] = ..., max_iter: _Optional[int] = ..., epochs: _Optional[int] = ..., trainable_layers: _Optional[int] = ..., lr: _Optional[float] = ..., head_lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., validation_fraction: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., backbone_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., layer: _Optional[int] = ..., pool: _Optional[_Union[GuardPooling, str]] = ..., max_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., lora_layers: _Optional[int] = ..., teacher_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ...) -> None: ...
 
 class StartGuardTrainingJobResponse(_message.Message):
     __slots__ = ("job",)
