@@ -40,7 +40,8 @@ def measure(guard, test) -> dict:
     y = np.array([r.unsafe for r in test])
     sev = np.array([max(r.severity.values()) for r in test])
     benign_req = ~y & np.array([r.role == "prompt" for r in test])
-    whole = guard.predict_proba_batched([r.text for r in test], [r.role for r in test], [r.prompt for r in test])
+    predict = getattr(guard, "predict_proba_batched", guard.predict_proba)   # the Gemma guards batch; MiniLM caches
+    whole = predict([r.text for r in test], [r.role for r in test], [r.prompt for r in test])
     m = guard_metrics(whole, Targets.from_examples(test))
     pr, n_pairs = pair_rate(test, blocked)
     return {"benign_blocked": float(blocked[~y].mean()), "benign_requests_blocked": float(blocked[benign_req].mean()),
@@ -51,34 +52,47 @@ def measure(guard, test) -> dict:
 
 
 def student_of(ctx, teacher_id: str, teacher, test, seed: int) -> None:
-    """The HarmAug student of a registered guard, distilled by the moderation.distill job at its defaults (no dataset:
-    the packaged set of the teacher's kind; 1200 template texts labelled by the teacher), served at its own registered
-    defaults; its decisions' agreement with the teacher's on the test rows, both through the decision path, and the
-    cost per text of each at batch 1 and through padded batches of 32 (one thread, this process)."""
+    """Two distillations of a registered guard, each served at its own registered defaults: the HarmAug student
+    (the moderation.distill job at its defaults: no dataset, so the packaged set of the teacher's kind; 1200 template
+    texts labelled by the teacher), and MiniLM frozen_linear heads trained on the teacher's probabilities
+    (moderation.train_guard with teacher_model_version_id); each one's decisions' agreement with the teacher's on the
+    test rows, all through the decision path, and the cost per text of each at batch 1 and through padded batches of
+    32 (one thread, this process)."""
     from services.moderation.decision import Item, Thresholds, moderate_items
     from services.moderation.jobs.distill import run_distillation
     from services.moderation.serving import build_guard
 
-    ctx.params.clear()
-    ctx.params.update({"teacher_model_version_id": teacher_id, "model_name": "guard-student", "seed": seed})
-    t0 = time.time()
-    out = run_distillation(ctx)
-    took = time.time() - t0
-    _i, st, sc, _l = ctx.models[out["model_version_id"]]
-    student = build_guard(st, sc, {"name": "guard-student", "version": 1, "id": out["model_version_id"]}).obj
+    from services.moderation.jobs.train_guard import run_guard_training
+
     items = [Item(r.text, r.role, r.prompt) for r in test]
     bt = np.array([x.blocked for x in moderate_items(teacher, items, Thresholds(), batched=True)])
-    own = np.array([x.blocked for x in moderate_items(student, items, Thresholds(), batched=True)])
-    at_teacher = np.array([x.blocked for x in moderate_items(
-        student, items, Thresholds(), batched=True, decision_defaults=teacher.config["decision_defaults"])])
-    m = measure(student, test)
-    print(f"\n## student of {teacher.kind} (distill job defaults, {took:.0f} s; "
-          f"{int(out['metrics']['n_train'])} train rows + {int(out['metrics']['n_augment'])} augmented)", flush=True)
-    print(f"test decision agreement with the teacher: at the student's own defaults {(own == bt).mean():.3f}, at "
-          f"the teacher's {(at_teacher == bt).mean():.3f}; student: " + ", ".join(
-              f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)), flush=True)
+    students = {}
+    runs = (("student", "the distill job's defaults", run_distillation,
+             {"teacher_model_version_id": teacher_id, "model_name": "guard-student", "seed": seed}),
+            ("MiniLM frozen_linear", "train_guard with teacher_model, defaults", run_guard_training,
+             {"teacher_model_version_id": teacher_id, "model_name": "guard-distilled"}))
+    for name, how, run, params in runs:
+        ctx.params.clear()
+        ctx.params.update(params)
+        t0 = time.time()
+        out = run(ctx)
+        took = time.time() - t0
+        _i, st, sc, _l = ctx.models[out["model_version_id"]]
+        student = students[name] = build_guard(st, sc, {"name": params["model_name"], "version": 1,
+                                                        "id": out["model_version_id"]}).obj
+        own = np.array([x.blocked for x in moderate_items(student, items, Thresholds(), batched=True)])
+        at_teacher = np.array([x.blocked for x in moderate_items(
+            student, items, Thresholds(), batched=True, decision_defaults=teacher.config["decision_defaults"])])
+        m = measure(student, test)
+        print(f"\n## {name} distilled from {teacher.kind} ({how}, {took:.0f} s; "
+              f"{int(out['metrics']['n_train'])} train rows"
+              f"{' + %d augmented' % out['metrics']['n_augment'] if 'n_augment' in out['metrics'] else ''})",
+              flush=True)
+        print(f"test decision agreement with the teacher: at its own defaults {(own == bt).mean():.3f}, at "
+              f"the teacher's {(at_teacher == bt).mean():.3f}; it: " + ", ".join(
+                  f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)), flush=True)
     some = items[:32]
-    for name, g in ((teacher.kind, teacher), ("student", student)):
+    for name, g in ((teacher.kind, teacher), *students.items()):
         t0 = time.time()
         for it in some:
             moderate_items(g, [it], Thresholds())
