@@ -84,10 +84,9 @@ def student_of(ctx, teacher_id: str, teacher, test, seed: int) -> None:
         at_teacher = np.array([x.blocked for x in moderate_items(
             student, items, Thresholds(), batched=True, decision_defaults=teacher.config["decision_defaults"])])
         m = measure(student, test)
-        print(f"\n## {name} distilled from {teacher.kind} ({how}, {took:.0f} s; "
-              f"{int(out['metrics']['n_train'])} train rows"
-              f"{' + %d augmented' % out['metrics']['n_augment'] if 'n_augment' in out['metrics'] else ''})",
-              flush=True)
+        n_aug = int(out["metrics"].get("n_augment", 0))
+        print(f"\n## {name} distilled from {teacher.kind} ({how}, {took:.0f} s; {sc.get('n_train')} train rows"
+              f"{f' + {n_aug} augmented' if n_aug else ''})", flush=True)
         print(f"test decision agreement with the teacher: at its own defaults {(own == bt).mean():.3f}, at "
               f"the teacher's {(at_teacher == bt).mean():.3f}; it: " + ", ".join(
                   f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)), flush=True)
@@ -136,8 +135,9 @@ def main() -> None:
         guard = build_guard(g_tensors, g_config, {"name": f"guard-{kind}", "version": 1,
                                                   "id": out["model_version_id"]}).obj
         d = g_config["decision_defaults"]
-        print(f"\n## {kind}: job {took:.0f} s; params l2 {g_config['l2']}, layer {g_config['backbone']['layer']}"
-              f"{', lora ' + str(g_config['backbone'].get('lora')) if 'lora' in g_config['backbone'] else ''}",
+        bb = g_config.get("backbone") or {}
+        print(f"\n## {kind}: job {took:.0f} s; params l2 {g_config['l2']}"
+              f"{', layer %s' % bb['layer'] if bb else ''}{', lora %s' % bb['lora'] if 'lora' in bb else ''}",
               flush=True)
         print(f"validation (chosen there): unsafe >= {d['unsafe_threshold']}, topic >= {d['topic_threshold']}, "
               f"benign blocked {d['false_block_rate']:.3f}, recall sev>=2 {d['recall']:.3f}; "
