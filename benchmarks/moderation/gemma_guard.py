@@ -71,22 +71,25 @@ def pair_rate(rows, blocked) -> tuple[float, int]:
     return (ok / n if n else float("nan")), n
 
 
-def evaluate(name, pred_va, val, pred_te, test) -> dict:
-    d = choose_defaults(pred_va, val)
-    blocked = block_decisions(pred_te, Thresholds().resolve(d))
+def held_out_metrics(blocked, score, pred, test) -> dict:
+    """The table's numbers for test rows: their block decisions, unsafe scores and whole-text predictions."""
     y = np.array([r.unsafe for r in test])
     sev = np.array([max(r.severity.values()) for r in test])
     benign_req = np.array([not r.unsafe and r.role == "prompt" for r in test])
-    m = guard_metrics(pred_te, Targets.from_examples(test))
+    m = guard_metrics(pred, Targets.from_examples(test))
     pr, n_pairs = pair_rate(test, blocked)
-    out = {"guard": name, "benign_blocked": float(blocked[~y].mean()),
-           "benign_requests_blocked": float(blocked[benign_req].mean()),
-           "recall_sev2": float(blocked[y & (sev >= 2)].mean()), "recall_all": float(blocked[y].mean()),
-           "auprc": average_precision(pred_te["unsafe"], y), "severity_within_one": m.get("severity_within_one"),
-           "topic_macro_f1": m["topic_macro_f1"], "pair_rate": pr, "n_pairs": n_pairs,
-           "unsafe_threshold": d["unsafe_threshold"], "topic_threshold": d["topic_threshold"],
-           "val_fbr": d["false_block_rate"], "val_recall": d["recall"]}
-    return out
+    return {"benign_blocked": float(blocked[~y].mean()), "benign_requests_blocked": float(blocked[benign_req].mean()),
+            "recall_sev2": float(blocked[y & (sev >= 2)].mean()), "recall_all": float(blocked[y].mean()),
+            "auprc": average_precision(score, y), "severity_within_one": m.get("severity_within_one"),
+            "topic_macro_f1": m["topic_macro_f1"], "pair_rate": pr, "n_pairs": n_pairs}
+
+
+def evaluate(name, pred_va, val, pred_te, test) -> dict:
+    d = choose_defaults(pred_va, val)
+    blocked = block_decisions(pred_te, Thresholds().resolve(d))
+    return {"guard": name, **held_out_metrics(blocked, pred_te["unsafe"], pred_te, test),
+            "unsafe_threshold": d["unsafe_threshold"], "topic_threshold": d["topic_threshold"],
+            "val_fbr": d["false_block_rate"], "val_recall": d["recall"]}
 
 
 def print_table(results) -> None:

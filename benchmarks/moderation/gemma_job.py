@@ -26,28 +26,17 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.moderation.gemma_guard import pair_rate  # noqa: E402
-from services.moderation.guard import Targets  # noqa: E402
-from services.moderation.metrics import average_precision, guard_metrics  # noqa: E402
+from benchmarks.moderation.gemma_guard import held_out_metrics  # noqa: E402
 
 
 def measure(guard, test) -> dict:
     from services.moderation.decision import Item, Thresholds, moderate_items
 
     res = moderate_items(guard, [Item(r.text, r.role, r.prompt) for r in test], Thresholds(), batched=True)
-    blocked = np.array([x.blocked for x in res])
-    score = np.array([x.unsafe_score for x in res])
-    y = np.array([r.unsafe for r in test])
-    sev = np.array([max(r.severity.values()) for r in test])
-    benign_req = ~y & np.array([r.role == "prompt" for r in test])
     predict = getattr(guard, "predict_proba_batched", guard.predict_proba)   # the Gemma guards batch; MiniLM caches
     whole = predict([r.text for r in test], [r.role for r in test], [r.prompt for r in test])
-    m = guard_metrics(whole, Targets.from_examples(test))
-    pr, n_pairs = pair_rate(test, blocked)
-    return {"benign_blocked": float(blocked[~y].mean()), "benign_requests_blocked": float(blocked[benign_req].mean()),
-            "recall_sev2": float(blocked[y & (sev >= 2)].mean()), "recall_all": float(blocked[y].mean()),
-            "auprc": average_precision(score, y), "severity_within_one": m.get("severity_within_one"),
-            "topic_macro_f1": m["topic_macro_f1"], "pair_rate": pr, "n_pairs": n_pairs,
+    return {**held_out_metrics(np.array([x.blocked for x in res]), np.array([x.unsafe_score for x in res]), whole,
+                               test),
             "kinds_answered": sorted({x.model_kind for x in res})}
 
 

@@ -37,10 +37,11 @@ import torch
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.moderation.guard import GuardModel, LinearHeads, context_mask, validate_roles
+from services.moderation.params import GEMMA_KINDS
 from services.moderation.taxonomy import TOPICS
 
 KIND = "gemma_frozen"
-KINDS = (KIND, "gemma_lora")   # gemma_lora.py: the same guard over a backbone with LoRA-tuned (merged) layers
+KINDS = GEMMA_KINDS   # gemma_frozen, and gemma_lora (gemma_lora.py): the same guard over LoRA-tuned (merged) layers
 FEATURE_SPEC = "lm-pair-render+frozen-layer-pool+standardised+role/v1"
 POOLS = ("mean", "last")
 DEFAULT_MAX_TOKENS = 256

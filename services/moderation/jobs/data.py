@@ -15,6 +15,22 @@ from services.moderation.schema import (
 )
 
 
+def packaged_for(kind: str | None) -> str:
+    """The packaged set a guard of `kind` trains on without a dataset: the Gemma kinds the real-request pairs they
+    were measured on, the MiniLM kinds the seed set (schema.PACKAGED_DATASETS)."""
+    from services.moderation.params import GEMMA_KINDS
+
+    return "real_requests" if kind in GEMMA_KINDS else "seed"
+
+
+def load_guard(ctx: JobContext, model_version_id: str):
+    """A registered guard of any kind (a teacher), as gemma_guard.guard_from_registry reads it."""
+    from services.moderation.gemma_guard import guard_from_registry
+
+    tensors, config = ctx.load_model(model_version_id)
+    return guard_from_registry(tensors, config, version=model_version_id)
+
+
 def load_examples(ctx: JobContext, dataset_artifact_id: str | None, fmt: str, packaged: str = "seed"
                   ) -> list[GuardExample]:
     """The rows of a dataset artifact, or without one the packaged set `packaged` (schema.PACKAGED_DATASETS)."""

@@ -13,10 +13,9 @@ import torch
 from services.common.errors import InvalidArgument
 from services.common.jobcontext import JobContext, run_steps
 from services.common.params import parse_params
-from services.moderation.gemma_guard import guard_from_registry
-from services.moderation.jobs.data import load_examples, split_examples
+from services.moderation.jobs.data import load_examples, load_guard, packaged_for, split_examples
 from services.moderation.metrics import average_precision, f1_score
-from services.moderation.params import GEMMA_KINDS, DistillParams
+from services.moderation.params import DistillParams
 from services.moderation.schema import GuardExample
 
 _DIST_CHUNK = 64      # texts the teacher labels a step
@@ -69,7 +68,7 @@ class Distillation:
 
     def setup(self, ctx: JobContext) -> None:
         if self.teacher is None:
-            self.teacher = load_teacher(ctx, self.p)
+            self.teacher = load_guard(ctx, self.p.teacher_model_version_id)
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _LABELS}
         self.metrics: dict[str, float] = {}  # of the runs finished before the last
         self.run, self.trainer = -1, None
@@ -182,10 +181,9 @@ def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
     from services.moderation.distill import RECOMBINED_SOURCE, recombine_pairs
 
     p = parse_params(DistillParams, ctx.params, prefix="params.")
-    teacher = load_teacher(ctx, p)
-    # without a dataset: the packaged set a guard of the teacher's kind trains on (jobs/train_guard.py)
-    packaged = "real_requests" if teacher.config.get("kind") in GEMMA_KINDS else "seed"
-    rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged)
+    teacher = load_guard(ctx, p.teacher_model_version_id)
+    # without a dataset: the packaged set a guard of the teacher's kind trains on
+    rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged_for(teacher.config.get("kind")))
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
@@ -212,11 +210,6 @@ def run_distillation(ctx: JobContext, generate=None) -> dict[str, Any]:
     job = Distillation(p, train, val, aug, name, teacher)
     return run_steps(ctx, job, checkpoint_every=_DIST_CKPT_EVERY, message=job.message, progress_span=(0.0, 0.95),
                      fingerprint=job.fingerprint())
-
-
-def load_teacher(ctx: JobContext, p: DistillParams):
-    tensors, tconfig = ctx.load_model(p.teacher_model_version_id)
-    return guard_from_registry(tensors, tconfig, version=p.teacher_model_version_id)
 
 
 def lm_generator(ctx: JobContext, p: DistillParams, generate=None):

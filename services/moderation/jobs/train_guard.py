@@ -1,5 +1,5 @@
-"""moderation.train_guard: train a guard ("frozen_linear", "finetune", "gemma_frozen" or "gemma_lora") from a labeled dataset artifact or the
-packaged seed set, as steps under run_steps (services.common.jobcontext: progress, cancellation, a checkpoint after
+"""moderation.train_guard: train a guard ("frozen_linear", "finetune", "gemma_frozen" or "gemma_lora") from a
+labeled dataset artifact or a packaged set (data.packaged_for), as steps under run_steps (services.common.jobcontext: progress, cancellation, a checkpoint after
 every step, so a killed job resumes from the last one): the encoder's features, one Newton iteration a step, then
 (finetune) one epoch a step; decision defaults chosen on the validation split, and the model registered."""
 from __future__ import annotations
@@ -26,9 +26,9 @@ from services.moderation.guard import (
     newton_step,
     role_features,
 )
-from services.moderation.jobs.data import load_examples, split_examples
+from services.moderation.jobs.data import load_examples, load_guard, packaged_for, split_examples
 from services.moderation.metrics import guard_metrics
-from services.moderation.params import GEMMA_KINDS, GuardTrainParams
+from services.moderation.params import GuardTrainParams
 from services.moderation.schema import GuardExample, dump_guard_jsonl
 
 _FEATURE_CHUNK = 64
@@ -189,18 +189,10 @@ def teacher_labelled(ctx: JobContext, teacher, rows: list[GuardExample], train: 
 
 def run_guard_training(ctx: JobContext) -> dict[str, Any]:
     p = parse_params(GuardTrainParams, ctx.params, prefix="params.")
-    # without a dataset: the Gemma kinds read the real-request pairs they were measured on, MiniLM's the seed set;
-    # a distilled guard, the set of its teacher's kind
-    teacher = None
-    kind = p.kind
-    if p.teacher_model_version_id is not None:
-        from services.moderation.gemma_guard import guard_from_registry
-
-        tensors, tconfig = ctx.load_model(p.teacher_model_version_id)
-        teacher = guard_from_registry(tensors, tconfig, version=p.teacher_model_version_id)
-        kind = tconfig.get("kind")
-    packaged = "real_requests" if kind in GEMMA_KINDS else "seed"
-    rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged)
+    # without a dataset: the packaged set of the kind (a distilled guard: of its teacher's kind)
+    teacher = load_guard(ctx, p.teacher_model_version_id) if p.teacher_model_version_id is not None else None
+    kind = p.kind if teacher is None else teacher.config.get("kind")
+    rows = load_examples(ctx, p.dataset_artifact_id, p.format, packaged_for(kind))
     train, val = split_examples(rows, p.validation_fraction)
     if not train:
         raise InvalidArgument("params.dataset_artifact_id", "the dataset has no training rows")
